@@ -1,0 +1,109 @@
+"""The run's configuration as pydantic models: what Hydra composes is validated here, at start.
+
+A wrong key or value fails before any work with a message naming the key
+(``eval.trials: Input should be greater than 0``). Each group mirrors a folder of ``conf/``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message names the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Strict):
+    """Where samples come from. ``replay`` reads a sample set from disk (no LLM)."""
+
+    name: str = "replay"
+    samples: str = Field("samples/replay", description="a replay folder, a .jsonl/.parquet file, or a folder of them")
+
+
+class ProblemsConfig(_Strict):
+    name: str = "all"
+    ids: list[str] | None = Field(None, description="problem ids to run; None = all")
+    categories: list[str] | None = None
+
+
+class EvalConfig(_Strict):
+    trials: int = Field(3, ge=1, description="correctness trials, each on fresh random inputs")
+    timing_sets: int = Field(3, ge=1, description="input sets rotated through the timed iterations")
+    warmup: int = Field(3, ge=0)
+    iters: int = Field(20, ge=1, description="timed rounds (each times reference and candidate once)")
+    timeout_s: float = Field(60.0, gt=0, description="limit for each step of a sample (trials, timing)")
+    startup_timeout_s: float = Field(120.0, gt=0, description="limit for rank processes to join their group")
+    size: str = Field("small", description="size preset of every problem (small, default, large)")
+    dtype: str | None = Field(None, description="None: each problem's first dtype")
+    seed: int = Field(0, ge=0)
+    prewarm: bool = Field(True, description="start the next sample's rank processes while one runs")
+
+
+class HardwareConfig(_Strict):
+    """The machine a run targets, and the bandwidths its speed-of-light bounds use."""
+
+    name: str = "cpu_gloo"
+    device: Literal["cpu", "cuda"] = "cpu"
+    world_size: int = Field(2, ge=1)
+    gpus_per_node: int = Field(2, ge=1, description="GPUs per node (logical ones on a CPU machine)")
+    nodes: int = Field(1, ge=1)
+    arch: str | None = None
+    link_gbps: float = Field(gt=0, default=1.0, description="per-GPU interconnect bandwidth, GB/s, one way")
+    hbm_gbps: float = Field(gt=0, default=10.0)
+    tflops: float = Field(gt=0, default=0.1)
+
+    @property
+    def backend(self) -> str:
+        return "nccl" if self.device == "cuda" else "gloo"
+
+    @model_validator(mode="after")
+    def _fits(self) -> "HardwareConfig":
+        if self.world_size > self.gpus_per_node * self.nodes:
+            raise ValueError(f"world_size {self.world_size} exceeds gpus_per_node x nodes")
+        return self
+
+
+class RayConfig(_Strict):
+    address: str | None = Field(None, description="None: start a local Ray; 'auto' or host:port to join one")
+    num_cpus: int | None = None
+    include_dashboard: bool = False
+
+
+class WandbConfig(_Strict):
+    mode: Literal["offline", "online", "disabled"] = "offline"
+    project: str = "pkb_ray"
+    entity: str | None = None
+    group: str | None = None
+
+
+class SweepConfig(_Strict):
+    model: ModelConfig = ModelConfig()
+    problems: ProblemsConfig = ProblemsConfig()
+    eval: EvalConfig = EvalConfig()
+    hardware: HardwareConfig = HardwareConfig()
+    ray: RayConfig = RayConfig()
+    wandb: WandbConfig = WandbConfig()
+    problems_dir: str | None = Field(None, description="None: the problems/ folder of this checkout")
+    output_dir: str = "."
+    cache_dir: str = Field("~/.cache/pkb_ray", description="reference outputs, reused across runs")
+
+    @property
+    def cache_path(self) -> Path:
+        return Path(self.cache_dir).expanduser()
+
+
+def validate_config(raw: dict[str, Any], source: str = "config") -> SweepConfig:
+    """Validate a composed config; raise ConfigError naming the first bad key."""
+    try:
+        return SweepConfig.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"{source}: {key}: {err['msg']}") from None

@@ -1,0 +1,115 @@
+"""Comparing a candidate's outputs with the reference's, on one rank.
+
+Outputs are a tensor, or a (nested) tuple/list of tensors and plain Python values. A candidate
+output must have the reference's structure, shapes and dtypes, and its values must lie within
+the problem's tolerance for the dtype; a NaN where the reference has a number (the poison an
+unwritten element keeps) is a mismatch. Inputs are compared bit-exactly: a candidate may change
+an input only where the reference changes it the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+POISON_FLOAT = float("nan")
+POISON_INT = -0x5A5A5A5A  # unlikely in any reference output; ints have no NaN
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    where: str  # e.g. "output[1]"
+    message: str
+    max_abs_error: float | None = None
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}"
+
+
+def compare(expected: Any, actual: Any, atol: float, rtol: float, where: str = "output") -> Mismatch | None:
+    """First difference between ``expected`` and ``actual``, or None when they agree."""
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(actual, torch.Tensor):
+            return Mismatch(where, f"expected a tensor, got {type(actual).__name__}")
+        return _compare_tensors(expected, actual, atol, rtol, where)
+    if isinstance(expected, (tuple, list)):
+        if not isinstance(actual, (tuple, list)):
+            return Mismatch(where, f"expected a {type(expected).__name__} of {len(expected)}, got {type(actual).__name__}")
+        if len(actual) != len(expected):
+            return Mismatch(where, f"expected {len(expected)} items, got {len(actual)}")
+        for i, (e, a) in enumerate(zip(expected, actual)):
+            found = compare(e, a, atol, rtol, f"{where}[{i}]")
+            if found:
+                return found
+        return None
+    if expected != actual:
+        return Mismatch(where, f"expected {expected!r}, got {actual!r}")
+    return None
+
+
+def _compare_tensors(expected: torch.Tensor, actual: torch.Tensor, atol: float, rtol: float, where: str) -> Mismatch | None:
+    if actual.dtype != expected.dtype:
+        return Mismatch(where, f"dtype {actual.dtype}, expected {expected.dtype}")
+    if tuple(actual.shape) != tuple(expected.shape):
+        return Mismatch(where, f"shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
+    if expected.numel() == 0:
+        return None
+    a = actual.detach().to(torch.float64)
+    e = expected.detach().to(a.device, torch.float64)
+    finite_expected = torch.isfinite(e)
+    nonfinite_actual = ~torch.isfinite(a) & finite_expected
+    err = (a - e).abs()
+    bad = (err > atol + rtol * e.abs()) & finite_expected
+    bad |= nonfinite_actual
+    bad |= ~finite_expected & ~((a == e) | (torch.isnan(a) & torch.isnan(e)))
+    count = int(bad.sum())
+    if count == 0:
+        return None
+    max_err = float(err[finite_expected & torch.isfinite(a)].max()) if bool((finite_expected & torch.isfinite(a)).any()) else None
+    first = torch.nonzero(bad.reshape(-1))[0].item()
+    index = tuple(torch.unravel_index(torch.tensor(first), expected.shape)) if expected.dim() else ()
+    index = tuple(int(i) for i in index)
+    detail = f"{count} of {expected.numel()} elements differ"
+    if int(nonfinite_actual.sum()):
+        detail += f" ({int(nonfinite_actual.sum())} NaN/inf: unwritten or overflowed)"
+    detail += f"; first at {index}: got {a.reshape(-1)[first].item():.6g}, expected {e.reshape(-1)[first].item():.6g}"
+    if max_err is not None:
+        detail += f"; max abs error {max_err:.3g}"
+    return Mismatch(where, detail, max_err)
+
+
+def poison_like(expected: Any, device: torch.device) -> list[torch.Tensor]:
+    """Tensors the size of each expected output, filled with poison.
+
+    Allocated and freed just before a candidate call so that the caching allocator hands the
+    poisoned blocks to the candidate's ``torch.empty``: an element it never writes then reads
+    as NaN instead of the stale right answer left behind by the previous call. On CPU this is
+    best effort (large allocations come back from the OS zeroed, which fails the check as well).
+    """
+    out = []
+    for t in _tensors(expected):
+        buf = torch.empty(t.shape, dtype=t.dtype, device=device)
+        buf.fill_(POISON_FLOAT if t.is_floating_point() else POISON_INT)
+        out.append(buf)
+    return out
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def to_cpu(value: Any) -> Any:
+    """Detached CPU copies (a candidate's later writes into its own buffers cannot change them)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, tuple):
+        return tuple(to_cpu(v) for v in value)
+    if isinstance(value, list):
+        return [to_cpu(v) for v in value]
+    return value

@@ -1,0 +1,171 @@
+"""Scores over result rows: pass@k, fast_p@k, speedup and speed-of-light aggregates.
+
+Pure functions: no Ray, no processes, no torch. :func:`pass_at_k` is the one estimator;
+:func:`fast_p_at_k` reuses it with "correct and faster than p" as success.
+
+:func:`summarize` turns a DataFrame of result rows (columns as in ``RESULT_SCHEMA``) into one
+row per group. Its columns, after the ``by`` columns:
+
+``n``
+    number of samples (result rows) in the group.
+``pass@{k}``
+    e.g. ``pass@1``, ``pass@5``: the unbiased pass@k, computed *per problem* (n and c counted
+    per (model, problem_id)) and then averaged over the problems in the group, as HumanEval
+    and KernelBench do. A problem with fewer than k samples has no pass@k (NaN) and is left
+    out of the mean; the group's value is NaN when no problem has k samples.
+``fast_{p}@1``
+    e.g. ``fast_1.0@1``, ``fast_1.5@1``, ``fast_2.0@1``: fast_p@1 (success = correct and
+    speedup > p), per problem and then averaged over problems like pass@k.
+``geomean_speedup``, ``median_speedup``
+    over the correct samples of the group, pooled; None/NaN/non-positive speedups are ignored.
+    NaN when there is none.
+``median_sol_fraction``
+    median fraction of speed of light over the correct samples of the group, pooled, same rule.
+``n_{status}``
+    one count per :class:`Status`, in the enum's order, zeros included
+    (``n_invalid_sample``, ..., ``n_wrong_output``, ``n_correct``).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Iterable, Sequence
+
+import pandas as pd
+
+from pkb_ray.schema import Status
+
+FAST_P_THRESHOLDS = (1.0, 1.5, 2.0)
+PROBLEM_KEY = ("model", "problem_id")  # the unit pass@k is estimated on
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of n samples with c correct: 1 - C(n-c, k) / C(n, k) (Chen et al. 2021).
+
+    Computed stably as 1 - prod_{i=n-c+1..n} (1 - k/i); 1.0 when n - c < k (every draw of k
+    contains a correct sample). Raises ValueError unless 0 <= c <= n and 1 <= k <= n.
+    """
+    if n < 0 or c < 0 or k < 1:
+        raise ValueError(f"need n >= 0, c >= 0, k >= 1; got n={n}, c={c}, k={k}")
+    if c > n or k > n:
+        raise ValueError(f"need c <= n and k <= n; got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def fast_p_at_k(n: int, correct_speedups: Iterable[float | None], p: float, k: int = 1) -> float:
+    """fast_p@k of n samples: pass@k where success = correct and speedup > p.
+
+    ``correct_speedups`` holds one entry per *correct* sample (so at most n entries): its
+    speedup, or None/NaN when it was not timed (which never counts as a success).
+    """
+    c = sum(1 for s in correct_speedups if s is not None and s > p)
+    return pass_at_k(n, c, k)
+
+
+def _positive(xs: Iterable[float | None]) -> list[float]:
+    """The finite, strictly positive values of xs (None and NaN dropped)."""
+    return [float(x) for x in xs if x is not None and math.isfinite(x) and x > 0]
+
+
+def geomean(xs: Iterable[float | None]) -> float | None:
+    """Geometric mean of the positive values of xs; None when there is none."""
+    vals = _positive(xs)
+    return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
+
+
+def median_speedup(correct_speedups: Iterable[float | None]) -> float | None:
+    """Median of the positive speedups of correct samples; None when there is none."""
+    vals = _positive(correct_speedups)
+    return statistics.median(vals) if vals else None
+
+
+def median_sol_fraction(correct_sol_fractions: Iterable[float | None]) -> float | None:
+    """Median fraction of speed of light (sol_time / cand_time) of correct samples; None if none."""
+    vals = _positive(correct_sol_fractions)
+    return statistics.median(vals) if vals else None
+
+
+def status_counts(statuses: Iterable[Status | str]) -> dict[str, int]:
+    """Count per status value, every Status present (zeros included), in the enum's order.
+
+    Raises ValueError on a string that is not a Status value.
+    """
+    counts = {s.value: 0 for s in Status}
+    for s in statuses:
+        counts[Status(s).value] += 1
+    return counts
+
+
+def pass_col(k: int) -> str:
+    """Column name of pass@k in :func:`summarize`, e.g. ``pass@5``."""
+    return f"pass@{k}"
+
+
+def fast_col(p: float) -> str:
+    """Column name of fast_p@1 in :func:`summarize`, e.g. ``fast_1.5@1``."""
+    return f"fast_{float(p)}@1"
+
+
+def _nan(x: float | None) -> float:
+    return math.nan if x is None else x
+
+
+def _problem_rates(pg: pd.DataFrame, ks: Sequence[int], ps: Sequence[float]) -> dict[str, float]:
+    """pass@k (NaN where k > n) and fast_p@1 of the samples of one problem."""
+    n = len(pg)
+    correct = pg["status"] == Status.CORRECT.value
+    row = {pass_col(k): pass_at_k(n, int(correct.sum()), k) if k <= n else math.nan for k in ks}
+    speedups = pg.loc[correct, "speedup"].tolist()
+    row.update({fast_col(p): fast_p_at_k(n, speedups, p, 1) for p in ps})
+    return row
+
+
+def _group_row(g: pd.DataFrame, ks: Sequence[int], ps: Sequence[float]) -> dict[str, float]:
+    """All summary metrics of one group of result rows (see the module docstring)."""
+    problems = [_problem_rates(pg, ks, ps) for _, pg in g.groupby(list(PROBLEM_KEY), dropna=False)]
+    rates = pd.DataFrame(problems).mean()  # skips NaN: problems with fewer than k samples
+    ok = g[g["status"] == Status.CORRECT.value]
+    return {
+        "n": len(g),
+        **rates.to_dict(),
+        "geomean_speedup": _nan(geomean(ok["speedup"])),
+        "median_speedup": _nan(median_speedup(ok["speedup"])),
+        "median_sol_fraction": _nan(median_sol_fraction(ok["sol_fraction"])),
+        **{f"n_{s}": v for s, v in status_counts(g["status"]).items()},
+    }
+
+
+def summary_columns(
+    ks: Sequence[int] = (1, 5, 10), ps: Sequence[float] = FAST_P_THRESHOLDS
+) -> list[str]:
+    """The metric columns :func:`summarize` produces, in order (after the ``by`` columns)."""
+    return (
+        ["n"]
+        + [pass_col(k) for k in ks]
+        + [fast_col(p) for p in ps]
+        + ["geomean_speedup", "median_speedup", "median_sol_fraction"]
+        + [f"n_{s.value}" for s in Status]
+    )
+
+
+def summarize(
+    df: pd.DataFrame,
+    by: Sequence[str],
+    ks: Sequence[int] = (1, 5, 10),
+    ps: Sequence[float] = FAST_P_THRESHOLDS,
+) -> pd.DataFrame:
+    """One row per group of ``by`` (e.g. ["model"], ["model", "problem_id"], ["model", "category"]).
+
+    Needs the columns model, problem_id, status (a Status value string), speedup, sol_fraction
+    and the ``by`` columns. pass@k and fast_p@1 are computed per (model, problem_id) and averaged
+    over the group's problems; see the module docstring for every column.
+    """
+    by = list(by)
+    rows = [
+        {**dict(zip(by, key)), **_group_row(g, ks, ps)}
+        for key, g in df.groupby(by, sort=True, dropna=False)
+    ]
+    return pd.DataFrame(rows, columns=by + summary_columns(ks, ps))

@@ -1,0 +1,200 @@
+"""A rank set: W fresh rank processes in one process group, driven one step at a time.
+
+The parent (a gang) owns the rendezvous: it holds the master ``TCPStore`` on a port the OS
+picks, and each rank set uses its own key prefix, so neighbouring or respawned sets never
+collide. Every rank runs in its own process session, so killing it also kills whatever the
+candidate spawned. Nothing here imports candidate code.
+
+What this does not protect against: a candidate runs as the same user as the evaluator, so it
+can read the job directory, write files, use the network and the GPUs of the node. It is
+isolated from other samples (fresh processes) and bounded in time, not sandboxed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from pkb_ray.runner import protocol
+
+ERROR_GRACE_S = 2.0  # after one rank fails, how long the others get to report before being killed
+POLL_S = 0.02
+LOG_TAIL_CHARS = 1500
+
+
+@dataclass
+class StepOutcome:
+    """What a step left behind: reports, ranks that died silently, ranks still running."""
+
+    step: str
+    reports: dict[int, dict[str, Any]] = field(default_factory=dict)
+    dead: dict[int, int] = field(default_factory=dict)  # rank -> exit code (negative: signal)
+    missing: list[int] = field(default_factory=list)  # ranks with no report at the deadline
+    phases: dict[int, str] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.dead and not self.missing and all(r.get("status") == "ok" for r in self.reports.values())
+
+
+def child_env(extra: dict[str, str] | None = None, num_threads: int = 1) -> dict[str, str]:
+    """Environment of a rank: ours (NVLink multicast switches included) plus fail-fast NCCL."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    env.setdefault("OMP_NUM_THREADS", str(num_threads))
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("RANK", None)  # a candidate must not see a launcher's variables that contradict ours
+    env.pop("LOCAL_RANK", None)
+    env.update(extra or {})
+    return env
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGKILL when the parent dies (a killed gang leaks no rank)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not Linux: ranks still leave when their command pipe closes
+
+
+class RankSet:
+    def __init__(
+        self,
+        devices: list[str],
+        *,
+        backend: str,
+        job_dir: Path,
+        pg_timeout_s: float = 600.0,
+        num_threads: int = 1,
+        env: dict[str, str] | None = None,
+    ):
+        self.world_size = len(devices)
+        self.job_dir = Path(job_dir)
+        self.job_dir.mkdir(parents=True, exist_ok=True)
+        self.backend = backend
+        self._store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False, use_libuv=True)
+        prefix = uuid.uuid4().hex
+        self.procs: list[subprocess.Popen] = []
+        child = child_env(env, num_threads)
+        for rank, device in enumerate(devices):
+            log = open(self.job_dir / f"rank{rank}.log", "wb")
+            cmd = [
+                sys.executable, "-m", "pkb_ray.runner.rank",
+                "--rank", str(rank), "--world-size", str(self.world_size),
+                "--store", f"127.0.0.1:{self._store.port}", "--prefix", prefix,
+                "--backend", backend, "--device", device, "--job-dir", str(self.job_dir),
+                "--pg-timeout", str(pg_timeout_s), "--num-threads", str(num_threads),
+            ]
+            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                                    env=child, cwd=self.job_dir, start_new_session=True,
+                                    preexec_fn=_die_with_parent)
+            log.close()
+            self.procs.append(proc)
+        self.started_at = time.monotonic()
+        self.closed = False
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def wait_ready(self, timeout_s: float) -> StepOutcome:
+        return self.wait("ready", time.monotonic() + timeout_s, since=self.started_at)
+
+    def send(self, cmd: dict[str, Any]) -> None:
+        line = (json.dumps(cmd) + "\n").encode()
+        for proc in self.procs:
+            try:
+                proc.stdin.write(line)
+                proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                pass  # a dead rank: the wait that follows reports it
+
+    def run(self, cmd: dict[str, Any], timeout_s: float) -> StepOutcome:
+        started = time.monotonic()
+        self.send(cmd)
+        return self.wait(cmd["step"], started + timeout_s, since=started)
+
+    def wait(self, step: str, deadline: float, since: float) -> StepOutcome:
+        """Poll until every rank reported, one failed (plus a grace), or the deadline passed."""
+        out = StepOutcome(step)
+        first_failure: float | None = None
+        while True:
+            for rank, proc in enumerate(self.procs):
+                if rank in out.reports or rank in out.dead:
+                    continue
+                report = protocol.read_report(self.job_dir, rank, step)
+                if report is not None:
+                    out.reports[rank] = report
+                elif proc.poll() is not None:
+                    report = protocol.read_report(self.job_dir, rank, step)  # may have landed just now
+                    if report is not None:
+                        out.reports[rank] = report
+                    else:
+                        out.dead[rank] = proc.returncode
+            now = time.monotonic()
+            if len(out.reports) + len(out.dead) == self.world_size:
+                break
+            failed = out.dead or any(r.get("status") != "ok" for r in out.reports.values())
+            if failed and first_failure is None:
+                first_failure = now
+            if now >= deadline or (first_failure is not None and now - first_failure >= ERROR_GRACE_S):
+                break
+            time.sleep(POLL_S)
+        out.missing = [r for r in range(self.world_size) if r not in out.reports and r not in out.dead]
+        out.phases = {r: protocol.read_phase(self.job_dir, r) for r in range(self.world_size)}
+        out.elapsed_s = time.monotonic() - since
+        return out
+
+    def log_tail(self, rank: int, chars: int = LOG_TAIL_CHARS) -> str:
+        try:
+            data = (self.job_dir / f"rank{rank}.log").read_bytes()
+        except OSError:
+            return ""
+        return data[-chars:].decode(errors="replace").strip()
+
+    def close(self, grace_s: float = 1.0) -> None:
+        """Ask the ranks to exit; kill every process session that is still there."""
+        if self.closed:
+            return
+        self.closed = True
+        self.send({"step": "exit"})
+        deadline = time.monotonic() + grace_s
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+
+    def kill(self) -> None:
+        for proc in self.procs:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the rank and anything it spawned
+            except (ProcessLookupError, PermissionError):
+                pass
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            if proc.stdin:
+                try:
+                    proc.stdin.close()
+                except OSError:
+                    pass
+        self.closed = True
+        del self._store

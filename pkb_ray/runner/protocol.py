@@ -1,0 +1,60 @@
+"""The file contract between a rank process and the parent that started it.
+
+The parent sends one JSON line per step on the rank's command pipe. The rank answers each step
+with ``rank<R>.<step>.json`` in the job directory, written to a temporary name and renamed, so
+a report is either absent or complete. Tensors go through ``torch.save`` files named by
+:func:`tensor_file`. ``rank<R>.phase`` holds what the rank is doing now, for timeout messages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+class StepFailed(Exception):
+    """A step ends with a named status (import_error, runtime_error) and a message."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def report_path(job_dir: Path, rank: int, step: str) -> Path:
+    return job_dir / f"rank{rank}.{step}.json"
+
+
+def write_report(job_dir: Path, rank: int, step: str, report: dict[str, Any]) -> None:
+    path = report_path(job_dir, rank, step)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(report))
+    os.replace(tmp, path)
+
+
+def read_report(job_dir: Path, rank: int, step: str) -> dict[str, Any] | None:
+    path = report_path(job_dir, rank, step)
+    if not path.exists():
+        return None
+    return json.loads(path.read_text())
+
+
+def tensor_file(directory: Path, seed: int, rank: int) -> Path:
+    return directory / f"seed{seed}.rank{rank}.pt"
+
+
+def phase_path(job_dir: Path, rank: int) -> Path:
+    return job_dir / f"rank{rank}.phase"
+
+
+def set_phase(job_dir: Path, rank: int, phase: str) -> None:
+    phase_path(job_dir, rank).write_text(phase)
+
+
+def read_phase(job_dir: Path, rank: int) -> str:
+    try:
+        return phase_path(job_dir, rank).read_text()
+    except OSError:
+        return "starting"

@@ -1,0 +1,95 @@
+"""One rank process: ``python -m pkb_ray.runner.rank --rank R ...``.
+
+Started by :class:`pkb_ray.ranks.RankSet`, fresh for every sample. It imports torch, joins the
+process group, sets its device, says it is ready, then obeys steps read one JSON line at a time
+from the command pipe (the stdin it was started with; the candidate gets /dev/null instead):
+
+``reference``  run the reference on the given seeds; save outputs and post-call inputs.
+``trials``     import the candidate, run it on the trial seeds; save outputs and post-call inputs
+               (the parent compares them: the verdict is never computed in this process).
+``timing``     time reference and candidate interleaved (see :mod:`pkb_ray.timing`) and check the
+               output of every timed call, the reference's too (a candidate that patched torch
+               would make the reference's output wrong).
+``exit``       leave.
+
+Every step ends with ``<job_dir>/rank<R>.<step>.json`` written atomically. A step that raises
+reports ``import_error`` or ``runtime_error`` with the traceback; anything worse (a hang, a
+segfault, ``os._exit``) is seen by the parent as a missing report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+from pkb_ray.runner import protocol
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    job_dir = Path(args.job_dir)
+    commands = os.fdopen(os.dup(0), "r")  # keep the command pipe; the candidate gets /dev/null
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+
+    import torch
+    import torch.distributed as dist
+
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    host, port = args.store.rsplit(":", 1)
+    timeout = timedelta(seconds=args.pg_timeout)
+    store = dist.TCPStore(host, int(port), args.world_size, is_master=False, timeout=timeout)
+    store = dist.PrefixStore(args.prefix, store)
+    dist.init_process_group(args.backend, store=store, rank=args.rank, world_size=args.world_size, timeout=timeout)
+    if args.num_threads:
+        torch.set_num_threads(args.num_threads)
+    dist.barrier()
+    protocol.write_report(job_dir, args.rank, "ready", {"status": "ok", "pid": os.getpid()})
+
+    from pkb_ray.runner.steps import RankSession
+
+    session = RankSession(rank=args.rank, world_size=args.world_size, device=device, job_dir=job_dir)
+    for line in commands:
+        cmd = json.loads(line)
+        step = cmd["step"]
+        if step == "exit":
+            break
+        try:
+            report = session.run(cmd)
+        except protocol.StepFailed as failure:
+            report = {"status": failure.status, "message": failure.message}
+        except BaseException:  # noqa: BLE001 - anything the step raised is the step's verdict
+            report = {"status": "runtime_error", "message": traceback.format_exc()}
+        protocol.write_report(job_dir, args.rank, step, report)
+    try:
+        dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - a broken group is fine to leave behind: we exit
+        pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip interpreter teardown: candidate threads or atexit hooks must not hang us
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="pkb_ray.runner.rank")
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--world-size", type=int, required=True)
+    p.add_argument("--store", required=True, help="host:port of the rendezvous TCPStore")
+    p.add_argument("--prefix", required=True, help="key prefix of this rank set in the store")
+    p.add_argument("--backend", choices=("gloo", "nccl"), required=True)
+    p.add_argument("--device", required=True, help="cpu or cuda:N")
+    p.add_argument("--job-dir", required=True)
+    p.add_argument("--pg-timeout", type=float, default=600.0)
+    p.add_argument("--num-threads", type=int, default=0)
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

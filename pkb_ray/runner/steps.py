@@ -1,0 +1,166 @@
+"""The steps a rank process runs: reference, trials, timing (see :mod:`pkb_ray.runner.rank`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from pkb_ray.correctness import compare, poison_like, to_cpu
+from pkb_ray.problem import DTYPES, InputContext, Problem, load_problem
+from pkb_ray.runner.protocol import StepFailed, set_phase, tensor_file
+from pkb_ray.timing import round_order, timed_call
+
+MAX_REPORTED_MISMATCHES = 5
+
+
+def load_candidate(path: str | Path) -> ModuleType:
+    """Import the candidate's source file as the module ``candidate``."""
+    spec = importlib.util.spec_from_file_location("candidate", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["candidate"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class RankSession:
+    """State of one rank across the steps of one sample."""
+
+    def __init__(self, rank: int, world_size: int, device: torch.device, job_dir: Path):
+        self.rank = rank
+        self.world_size = world_size
+        self.device = device
+        self.job_dir = job_dir
+        self.problem: Problem | None = None
+        self.candidate: Callable[..., Any] | None = None
+
+    def run(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        self.problem = self.problem or load_problem(cmd["problem_path"])
+        self.dtype_name = cmd["dtype"]
+        self.size = cmd["size"]
+        step = {"reference": self.reference, "trials": self.trials, "timing": self.timing}[cmd["step"]]
+        return step(cmd)
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def reference(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        out_dir = Path(cmd["out_dir"])
+        for seed in cmd["seeds"]:
+            self._phase(f"reference seed={seed}")
+            inputs = self._inputs(seed)
+            out = self.problem.solution(*inputs)
+            self._sync()
+            torch.save({"outputs": to_cpu(out), "inputs_after": to_cpu(inputs)}, tensor_file(out_dir, seed, self.rank))
+        return {"status": "ok"}
+
+    def trials(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        self._phase("import")
+        try:
+            module = load_candidate(cmd["candidate_path"])
+        except BaseException:  # noqa: BLE001 - SystemExit too: whatever import does is its verdict
+            raise StepFailed("import_error", traceback.format_exc()) from None
+        solution = getattr(module, "solution", None)
+        if not callable(solution):
+            raise StepFailed("import_error", "the module defines no callable solution(...)")
+        self.candidate = solution
+        out_dir, expected_dir = Path(cmd["out_dir"]), Path(cmd["expected_dir"])
+        for seed in cmd["seeds"]:
+            self._phase(f"trial seed={seed}")
+            inputs = self._inputs(seed)
+            expected = torch.load(tensor_file(expected_dir, seed, self.rank))
+            del expected["inputs_after"]
+            poison = poison_like(expected["outputs"], self.device)
+            del poison  # the blocks go back to the allocator, poisoned
+            try:
+                out = solution(*inputs)
+                self._sync()
+            except BaseException:  # noqa: BLE001
+                raise StepFailed("runtime_error", f"trial seed={seed}:\n{traceback.format_exc()}") from None
+            torch.save({"outputs": to_cpu(out), "inputs_after": to_cpu(inputs)}, tensor_file(out_dir, seed, self.rank))
+        return {"status": "ok"}
+
+    def timing(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        seeds, warmup, iters = cmd["seeds"], cmd["warmup"], cmd["iters"]
+        tol = self.problem.tolerance(self.dtype_name)
+        sets = [self._inputs(s) for s in seeds]
+        pristine = [to_cpu(s) for s in sets] if self.problem.meta.mutates_inputs else None
+        expected = [
+            _to_device(torch.load(tensor_file(Path(cmd["expected_dir"]), s, self.rank))["outputs"], self.device)
+            for s in seeds
+        ]
+        fns = {"ref": self.problem.solution, "cand": self.candidate}
+        times: dict[str, list[float]] = {"ref": [], "cand": []}
+        mismatches: list[dict[str, Any]] = []
+        counts = {"ref": 0, "cand": 0}
+        self._phase("timing warmup")
+        for i in range(warmup):
+            for side in round_order(i):
+                self._call(fns[side], sets, pristine, i % len(sets), side)
+        self._sync()
+        self._phase("timing")
+        for i in range(iters):
+            j = i % len(sets)
+            for side in round_order(i):
+                self._restore(sets, pristine, j)
+                dist.barrier()
+                try:
+                    out, us = timed_call(fns[side], sets[j], self.device)
+                except BaseException:  # noqa: BLE001
+                    raise StepFailed("runtime_error", f"timed call {i} ({side}):\n{traceback.format_exc()}") from None
+                times[side].append(us)
+                found = compare(expected[j], out, tol.atol, tol.rtol)
+                if found:
+                    counts[side] += 1
+                    if len(mismatches) < MAX_REPORTED_MISMATCHES:
+                        mismatches.append(
+                            {"side": side, "iter": i, "seed": seeds[j], "message": str(found),
+                             "max_abs_error": found.max_abs_error}
+                        )
+                del out
+        return {"status": "ok", "ref_us": times["ref"], "cand_us": times["cand"],
+                "mismatches": mismatches, "mismatch_counts": counts}
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _inputs(self, seed: int) -> tuple:
+        ctx = InputContext(size=self.size, rank=self.rank, world_size=self.world_size,
+                           dtype=DTYPES[self.dtype_name], device=self.device, seed=seed)
+        return tuple(self.problem.make_inputs(ctx))
+
+    def _call(self, fn, sets, pristine, j: int, side: str) -> None:
+        self._restore(sets, pristine, j)
+        try:
+            fn(*sets[j])
+        except BaseException:  # noqa: BLE001
+            raise StepFailed("runtime_error", f"warmup ({side}):\n{traceback.format_exc()}") from None
+
+    def _restore(self, sets, pristine, j: int) -> None:
+        """Put back inputs that the reference itself mutates (problems with mutates_inputs)."""
+        if pristine is None:
+            return
+        for dst, src in zip(sets[j], pristine[j]):
+            if isinstance(dst, torch.Tensor):
+                dst.copy_(src)
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _phase(self, phase: str) -> None:
+        set_phase(self.job_dir, self.rank, phase)
+
+
+def _to_device(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to_device(v, device) for v in value)
+    return value

@@ -1,0 +1,183 @@
+"""Records at the boundaries: a sample in, a result out, and the Arrow schema of results.
+
+``Result`` and ``RESULT_SCHEMA`` describe the same row; ``tests/test_schema.py`` keeps them in
+step. Results are Parquet that pandas, DuckDB and W&B read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_ERROR_CHARS = 2000
+
+
+class Status(str, Enum):
+    """The closed taxonomy of outcomes, in pipeline order."""
+
+    INVALID_SAMPLE = "invalid_sample"  # the row cannot be evaluated as given (unknown problem, no solution(), ...)
+    COMPILE_ERROR = "compile_error"  # Python SyntaxError, nvcc error
+    IMPORT_ERROR = "import_error"  # the module raised while being imported on a rank
+    RUNTIME_ERROR = "runtime_error"  # solution(...) raised on some rank
+    TIMEOUT = "timeout"  # some rank did not finish within the deadline (hang, spin, deadlock)
+    CRASH = "crash"  # some rank process died without reporting (segfault, os._exit, OOM kill)
+    WRONG_OUTPUT = "wrong_output"  # ran, but an output (or an input it must not touch) is wrong
+    CORRECT = "correct"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Sample(BaseModel):
+    """One candidate solution of one problem."""
+
+    model_config = ConfigDict(extra="forbid")
+    problem_id: str
+    model: str
+    sample_index: int = Field(ge=0)
+    backend: str = "torch"
+    source: str
+    metadata: dict[str, str] = Field(default_factory=dict, description="generation metadata")
+
+    @property
+    def key(self) -> str:
+        """Stable identity of this sample: same (problem, model, index, source) -> same key."""
+        h = hashlib.sha256(self.source.encode()).hexdigest()[:16]
+        return f"{self.model}/{self.problem_id}/{self.sample_index}/{h}"
+
+
+class TrialRecord(BaseModel):
+    """One correctness check on one rank: a trial seed, or a timed call (kind='timed')."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: str = "trial"  # 'trial' | 'timed'
+    seed: int
+    rank: int
+    ok: bool
+    max_abs_error: float | None = None
+    message: str = ""
+
+
+class Result(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    sample_key: str
+    problem_id: str
+    category: str = ""
+    model: str
+    sample_index: int
+    backend: str
+    status: Status
+    message: str = ""  # trimmed error text: compiler message, traceback, mismatch summary
+    failed_rank: int | None = None
+    world_size: int
+    dtype: str = ""
+    size: str = ""  # preset name or knob list
+    trials: list[TrialRecord] = Field(default_factory=list)
+    # Per-rank median and inter-quartile range of the timed iterations, microseconds.
+    ref_median_us: list[float] = Field(default_factory=list)
+    ref_iqr_us: list[float] = Field(default_factory=list)
+    cand_median_us: list[float] = Field(default_factory=list)
+    cand_iqr_us: list[float] = Field(default_factory=list)
+    ref_time_us: float | None = None  # slowest rank's median
+    cand_time_us: float | None = None
+    speedup: float | None = None  # ref_time_us / cand_time_us
+    sol_time_us: float | None = None  # speed-of-light lower bound for this problem/size/hardware
+    sol_fraction: float | None = None  # sol_time_us / cand_time_us
+    hardware: str = ""
+    device_backend: str = ""  # gloo | nccl
+    versions: dict[str, str] = Field(default_factory=dict)
+    started_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    finished_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    eval_seconds: float = 0.0
+    source: str = ""
+
+    @classmethod
+    def for_sample(cls, sample: Sample, status: Status, message: str = "", **fields: Any) -> "Result":
+        return cls(
+            sample_key=sample.key,
+            problem_id=sample.problem_id,
+            model=sample.model,
+            sample_index=sample.sample_index,
+            backend=sample.backend,
+            status=status,
+            message=trim(message),
+            source=sample.source,
+            **fields,
+        )
+
+
+def trim(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """Keep the head and the tail of a long message (the tail of a traceback matters most)."""
+    if len(text) <= limit:
+        return text
+    head = limit // 4
+    return text[:head] + f"\n... [{len(text) - limit} chars cut] ...\n" + text[-(limit - head) :]
+
+
+_TRIAL = pa.struct(
+    [
+        ("kind", pa.string()),
+        ("seed", pa.int64()),
+        ("rank", pa.int32()),
+        ("ok", pa.bool_()),
+        ("max_abs_error", pa.float64()),
+        ("message", pa.string()),
+    ]
+)
+
+RESULT_SCHEMA = pa.schema(
+    [
+        ("sample_key", pa.string()),
+        ("problem_id", pa.string()),
+        ("category", pa.string()),
+        ("model", pa.string()),
+        ("sample_index", pa.int64()),
+        ("backend", pa.string()),
+        ("status", pa.string()),
+        ("message", pa.string()),
+        ("failed_rank", pa.int32()),
+        ("world_size", pa.int32()),
+        ("dtype", pa.string()),
+        ("size", pa.string()),
+        ("trials", pa.list_(_TRIAL)),
+        ("ref_median_us", pa.list_(pa.float64())),
+        ("ref_iqr_us", pa.list_(pa.float64())),
+        ("cand_median_us", pa.list_(pa.float64())),
+        ("cand_iqr_us", pa.list_(pa.float64())),
+        ("ref_time_us", pa.float64()),
+        ("cand_time_us", pa.float64()),
+        ("speedup", pa.float64()),
+        ("sol_time_us", pa.float64()),
+        ("sol_fraction", pa.float64()),
+        ("hardware", pa.string()),
+        ("device_backend", pa.string()),
+        ("versions", pa.map_(pa.string(), pa.string())),
+        ("started_at", pa.timestamp("us", tz="UTC")),
+        ("finished_at", pa.timestamp("us", tz="UTC")),
+        ("eval_seconds", pa.float64()),
+        ("source", pa.string()),
+    ]
+)
+
+
+def results_to_table(results: list[Result]) -> pa.Table:
+    rows = []
+    for r in results:
+        row = r.model_dump(mode="python")
+        row["status"] = r.status.value
+        row["versions"] = list(r.versions.items())
+        rows.append(row)
+    return pa.Table.from_pylist(rows, schema=RESULT_SCHEMA)
+
+
+def table_to_results(table: pa.Table) -> list[Result]:
+    out = []
+    for row in table.to_pylist():
+        row["versions"] = dict(row["versions"] or [])
+        out.append(Result.model_validate(row))
+    return out

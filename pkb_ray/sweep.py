@@ -1,0 +1,112 @@
+"""Entry point: ``python -m pkb_ray.sweep [group=option ...]`` (Hydra; ``-m`` for a sweep).
+
+One job: validate the composed config, load the problems, read the samples, start or join Ray,
+run the pipeline, write results as Parquet under the job's output folder, print the summary
+table, and log the run to W&B (offline by default).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+import hydra
+import pandas as pd
+import ray
+from omegaconf import DictConfig, OmegaConf
+
+from pkb_ray.config import ConfigError, SweepConfig, validate_config
+from pkb_ray.gang import NOSET_CUDA
+from pkb_ray.metrics import summarize
+from pkb_ray.pipeline import run_pipeline, select_rows
+from pkb_ray.problem import Problem, ProblemError, load_problems
+from pkb_ray.samples import read_samples
+from pkb_ray.schema import results_to_table
+from pkb_ray.summary import format_summary
+from pkb_ray.tracking import Tracker
+
+log = logging.getLogger("pkb_ray")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def resolve_path(path: str) -> Path:
+    """A relative path is taken from the current folder, else from this checkout's root."""
+    p = Path(path).expanduser()
+    return p if p.is_absolute() or p.exists() else REPO_ROOT / p
+
+
+def check_against_problems(cfg: SweepConfig, problems: dict[str, Problem]) -> dict[str, Problem]:
+    """The problems this run covers; a config naming something they lack fails here, naming the key."""
+    unknown = sorted(set(cfg.problems.ids or []) - set(problems))
+    if unknown:
+        raise ConfigError(f"problems.ids: unknown problem id(s) {unknown}; known: {sorted(problems)}")
+    chosen = {i: p for i, p in problems.items() if not cfg.problems.ids or i in cfg.problems.ids}
+    if cfg.problems.categories:
+        chosen = {i: p for i, p in chosen.items() if p.meta.category in cfg.problems.categories}
+        if not chosen:
+            raise ConfigError(f"problems.categories: no problem in {cfg.problems.categories}")
+    for p in chosen.values():
+        if cfg.eval.size not in p.meta.sizes:
+            raise ConfigError(f"eval.size: {cfg.eval.size!r} is not a size preset of {p.id} ({sorted(p.meta.sizes)})")
+        if cfg.eval.dtype and cfg.eval.dtype not in p.meta.dtypes:
+            raise ConfigError(f"eval.dtype: {cfg.eval.dtype!r} is not supported by {p.id} ({p.meta.dtypes})")
+    return chosen
+
+
+def start_ray(cfg: SweepConfig) -> None:
+    os.environ[NOSET_CUDA] = "1"  # ranks pick their own GPU among all of the node's
+    if ray.is_initialized():
+        return
+    if cfg.ray.address:
+        ray.init(address=cfg.ray.address)
+        return
+    logical_gpus = cfg.hardware.gpus_per_node * cfg.hardware.nodes if cfg.hardware.device == "cpu" else None
+    ray.init(num_cpus=cfg.ray.num_cpus, num_gpus=logical_gpus, include_dashboard=cfg.ray.include_dashboard,
+             log_to_driver=True, configure_logging=False)
+
+
+def run(cfg: SweepConfig, out_dir: Path) -> pd.DataFrame:
+    """Run one job end to end; returns the results as a DataFrame."""
+    problems = load_problems(resolve_path(cfg.problems_dir) if cfg.problems_dir else None)
+    chosen = check_against_problems(cfg, problems)
+    rows = select_rows(read_samples(resolve_path(cfg.model.samples), cfg.model.name), cfg, chosen)
+    results_dir = out_dir / "results"
+    log.info("%d samples of %d problems -> %s", len(rows), len(chosen), results_dir)
+    start_ray(cfg)
+    results = run_pipeline(rows, cfg, problems, results_dir)
+    df = results_to_table(results).to_pandas()
+    print(format_summary(df), flush=True)
+    tracker = Tracker(cfg.wandb, cfg.model_dump(mode="json"), out_dir, name=f"{cfg.model.name}-{cfg.hardware.name}")
+    try:
+        overall = summarize(df, ["model"]).drop(columns=["model"]).iloc[0].to_dict() if len(df) else {}
+        tracker.log_summary({k: v for k, v in overall.items() if pd.notna(v)})
+        tracker.log_table("per_problem", summarize(df, ["model", "problem_id"]))
+        tracker.log_table("samples", df[["problem_id", "category", "sample_index", "status", "speedup",
+                                         "message", "source"]].assign(message=df["message"].str[:300]))
+    finally:
+        tracker.close()
+    return df
+
+
+@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+def main(raw: DictConfig) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        cfg = validate_config(OmegaConf.to_container(raw, resolve=True), source="config")
+        run(cfg, Path(cfg.output_dir))
+    except (ConfigError, ProblemError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        if ray.is_initialized() and not cfg_joined(raw):
+            ray.shutdown()
+
+
+def cfg_joined(raw: DictConfig) -> bool:
+    return bool(raw.get("ray", {}).get("address"))
+
+
+if __name__ == "__main__":
+    main()

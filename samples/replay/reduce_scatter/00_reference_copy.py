@@ -1,0 +1,52 @@
+# expect: correct
+# variant: a verbatim copy of the reference (must time at 1.00x)
+"""Reduce-scatter (sum): each rank ends with its own chunk of the element-wise sum.
+
+Models: ZeRO / FSDP gradient reduction (each rank keeps the summed gradients of the parameters it
+owns) and the sequence-parallel output of a tensor-parallel row-parallel linear layer
+(Megatron-LM). Rank r returns chunk r of the sum of every rank's input.
+"""
+
+import torch
+import torch.distributed as dist
+
+from pkb_ray.problem import InputContext, Traffic
+
+# torch 2.13 renamed reduce_scatter_tensor to reduce_scatter_single (the old name warns); older
+# releases have only the old name. Same collective either way (NCCL ncclReduceScatter; gloo
+# emulates it with an all-reduce, which is correct but moves twice the data).
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+META = dict(
+    id="reduce_scatter",
+    name="Reduce-scatter (sum)",
+    category="collective",
+    world_sizes=dict(min=2),
+    dtypes=["float32", "bfloat16"],
+    tolerances={
+        "float32": dict(atol=1e-5, rtol=1e-5, reason="W-term sums reassociate: a few ulp of the result"),
+        "bfloat16": dict(atol=2e-2, rtol=2e-2, reason="8-bit mantissa; summation order differs by algorithm"),
+    },
+    # numel: elements of each rank's output chunk; every rank's input holds world_size * numel.
+    sizes={"small": dict(numel=4096), "default": dict(numel=1 << 20), "large": dict(numel=1 << 26)},
+)
+
+
+def make_inputs(ctx: InputContext):
+    return (ctx.randn(ctx.world_size * ctx.size["numel"]),)
+
+
+def solution(x: torch.Tensor) -> torch.Tensor:
+    out = x.new_empty(x.numel() // dist.get_world_size())
+    _reduce_scatter_single(out, x, op=dist.ReduceOp.SUM)
+    return out
+
+
+def speed_of_light(size, world_size, dtype) -> Traffic:
+    chunk = size["numel"] * dtype.itemsize
+    # Ring: each rank sends (and receives) W-1 partial chunks, adds W-1 of them, reads W chunks, writes 1.
+    return Traffic(
+        interconnect_bytes=(world_size - 1) * chunk,
+        flops=(world_size - 1) * size["numel"],
+        hbm_bytes=(world_size + 1) * chunk,
+    )
