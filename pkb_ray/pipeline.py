@@ -53,8 +53,8 @@ def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[st
             out = compile_sample(out, world, problems[out.problem_id].meta.category)
         if isinstance(out, Sample):
             ready.append(out)
-        else:
-            emit(out)
+        else:  # settled before any rank ran: still say where it would have run
+            emit(out.model_copy(update={"hardware": cfg.hardware.name, "device_backend": cfg.hardware.backend}))
     pool = GangPool(cfg)
     t0 = time.monotonic()
     try:

@@ -20,6 +20,14 @@ from pkb_ray.timing import round_order, timed_call
 MAX_REPORTED_MISMATCHES = 5
 
 
+def candidate_traceback() -> str:
+    """The current exception's traceback without the harness's own frames."""
+    exc = sys.exc_info()[1]
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/pkb_ray/runner/" not in f.filename and not f.filename.startswith("<frozen")]
+    return "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)) + \
+        "".join(traceback.format_exception_only(type(exc), exc))
+
+
 def load_candidate(path: str | Path) -> ModuleType:
     """Import the candidate's source file as the module ``candidate``."""
     spec = importlib.util.spec_from_file_location("candidate", path)
@@ -66,7 +74,7 @@ class RankSession:
         try:
             module = load_candidate(cmd["candidate_path"])
         except BaseException:  # noqa: BLE001 - SystemExit too: whatever import does is its verdict
-            raise StepFailed("import_error", traceback.format_exc()) from None
+            raise StepFailed("import_error", candidate_traceback()) from None
         solution = getattr(module, "solution", None)
         if not callable(solution):
             raise StepFailed("import_error", "the module defines no callable solution(...)")
@@ -83,7 +91,7 @@ class RankSession:
                 out = solution(*inputs)
                 self._sync()
             except BaseException:  # noqa: BLE001
-                raise StepFailed("runtime_error", f"trial seed={seed}:\n{traceback.format_exc()}") from None
+                raise StepFailed("runtime_error", f"trial seed={seed}:\n{candidate_traceback()}") from None
             torch.save({"outputs": to_cpu(out), "inputs_after": to_cpu(inputs)}, tensor_file(out_dir, seed, self.rank))
         return {"status": "ok"}
 
@@ -114,7 +122,7 @@ class RankSession:
                 try:
                     out, us = timed_call(fns[side], sets[j], self.device)
                 except BaseException:  # noqa: BLE001
-                    raise StepFailed("runtime_error", f"timed call {i} ({side}):\n{traceback.format_exc()}") from None
+                    raise StepFailed("runtime_error", f"timed call {i} ({side}):\n{candidate_traceback()}") from None
                 times[side].append(us)
                 found = compare(expected[j], out, tol.atol, tol.rtol)
                 if found:
@@ -140,7 +148,7 @@ class RankSession:
         try:
             fn(*sets[j])
         except BaseException:  # noqa: BLE001
-            raise StepFailed("runtime_error", f"warmup ({side}):\n{traceback.format_exc()}") from None
+            raise StepFailed("runtime_error", f"warmup ({side}):\n{candidate_traceback()}") from None
 
     def _restore(self, sets, pristine, j: int) -> None:
         """Put back inputs that the reference itself mutates (problems with mutates_inputs)."""

@@ -1,0 +1,50 @@
+import os
+from pathlib import Path
+
+import pytest
+
+from pkb_ray.config import EvalConfig, HardwareConfig
+from pkb_ray.harness import Harness
+from pkb_ray.problem import load_problems
+
+REPO = Path(__file__).resolve().parent.parent
+HOSTILE = Path(__file__).resolve().parent / "samples"
+
+
+@pytest.fixture(scope="session")
+def problems():
+    return load_problems()
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")  # reference outputs shared by the session's harnesses
+
+
+@pytest.fixture
+def make_harness(problems, cache_dir, tmp_path):
+    made = []
+
+    def make(world_size: int = 2, **eval_overrides) -> Harness:
+        settings = dict(trials=2, timing_sets=2, warmup=2, iters=10, timeout_s=20, prewarm=False)
+        settings.update(eval_overrides)
+        h = Harness(["cpu"] * world_size, EvalConfig(**settings),
+                    HardwareConfig(world_size=world_size, gpus_per_node=world_size), problems,
+                    work_dir=tmp_path / f"work{len(made)}", cache_dir=cache_dir)
+        made.append(h)
+        return h
+
+    yield make
+    for h in made:
+        h.close()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False

@@ -1,0 +1,57 @@
+import math
+
+import torch
+
+from pkb_ray.correctness import compare, poison_like, to_cpu
+
+
+def test_equal_tensors_agree():
+    x = torch.randn(10)
+    assert compare(x, x.clone(), 0.0, 0.0) is None
+
+
+def test_values_outside_tolerance_are_reported_with_location():
+    e = torch.zeros(2, 3)
+    a = e.clone()
+    a[1, 2] = 0.5
+    m = compare(e, a, atol=0.1, rtol=0.0)
+    assert m and "1 of 6 elements differ" in m.message and "(1, 2)" in m.message
+    assert math.isclose(m.max_abs_error, 0.5)
+    assert compare(e, a, atol=0.6, rtol=0.0) is None
+
+
+def test_rtol_scales_with_expected_magnitude():
+    e = torch.full((4,), 100.0)
+    assert compare(e, e + 0.5, atol=0.0, rtol=0.01) is None
+    assert compare(e, e + 2.0, atol=0.0, rtol=0.01) is not None
+
+
+def test_nan_where_a_number_is_expected_is_an_unwritten_element():
+    e = torch.ones(4)
+    a = e.clone()
+    a[3] = float("nan")
+    m = compare(e, a, atol=1e9, rtol=1e9)
+    assert m and "unwritten" in m.message
+
+
+def test_structure_shape_and_dtype_must_match():
+    x = torch.ones(3)
+    assert "dtype" in compare(x, x.double(), 1, 1).message
+    assert "shape" in compare(x, torch.ones(4), 1, 1).message
+    assert "expected a tensor" in compare(x, [x], 1, 1).message
+    assert "2 items" in compare((x, x), (x,), 1, 1).message
+    assert compare((x, [x, 3]), (x, [x, 3]), 0, 0) is None
+    assert compare((x, [x, 3]), (x, [x, 4]), 0, 0).where == "output[1][1]"
+
+
+def test_poison_matches_expected_outputs():
+    bufs = poison_like((torch.ones(3), [torch.ones(2, dtype=torch.int32)]), torch.device("cpu"))
+    assert torch.isnan(bufs[0]).all()
+    assert bufs[1].dtype == torch.int32 and (bufs[1] != 1).all()
+
+
+def test_to_cpu_copies_so_later_writes_do_not_leak():
+    x = torch.zeros(2)
+    saved = to_cpu((x, [x]))
+    x += 1
+    assert saved[0].sum() == 0 and saved[1][0].sum() == 0

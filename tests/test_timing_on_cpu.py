@@ -1,0 +1,48 @@
+"""The first test of the timing protocol: a copy of the reference times at 1.00x.
+
+Tolerance, from measured spread (docs/benchmarks.md): 24 evaluations of reference copies at
+W=2, 200 rounds, on a 2-core machine gave speedups 0.90-1.15 (stdev 0.045). Each run here must
+land in [0.75, 1.33] (about 6 stdev: a protocol bug, such as timing one side without its
+barrier or always running it first, shifts it further), and the median of three within 0.12 of 1.
+"""
+
+import statistics
+
+import pytest
+
+from pkb_ray.schema import Sample, Status
+from pkb_ray.timing import median_iqr, round_order, sample_time, speedup
+
+
+def test_copy_of_reference_times_at_one(make_harness, problems):
+    h = make_harness(2, iters=200, warmup=10, timing_sets=3)
+    sample = Sample(problem_id="all_reduce", model="m", sample_index=0, source=problems["all_reduce"].source())
+    speedups = []
+    for _ in range(3):
+        r = h.evaluate(sample)
+        assert r.status == Status.CORRECT, r.message
+        speedups.append(r.speedup)
+    assert all(0.75 <= s <= 1.33 for s in speedups), speedups
+    assert abs(statistics.median(speedups) - 1.0) <= 0.12, speedups
+
+
+def test_slower_candidate_is_measured_slower(make_harness, problems):
+    from conftest import REPO
+
+    source = (REPO / "samples/replay/all_reduce/02_chunked_slower.py").read_text()
+    r = make_harness(2, iters=50).evaluate(Sample(problem_id="all_reduce", model="m", sample_index=2, source=source))
+    assert r.status == Status.CORRECT and r.speedup < 0.5  # 16 all-reduces instead of one
+
+
+def test_rounds_alternate_who_goes_first():
+    orders = [round_order(i) for i in range(4)]
+    assert orders == [("ref", "cand"), ("cand", "ref")] * 2
+
+
+def test_statistics_by_hand():
+    assert median_iqr([1, 2, 3, 4, 100]) == (3, 2)  # quartiles 2 and 4 (inclusive method)
+    assert median_iqr([5.0]) == (5.0, 0.0)
+    assert sample_time([3.0, 7.0, 5.0]) == 7.0
+    assert speedup(10.0, 4.0) == 2.5
+    with pytest.raises(ValueError):
+        median_iqr([])
