@@ -1,0 +1,69 @@
+"""Per-sample evaluation time and the speedup spread of reference copies, on CPU (gloo).
+
+    .venv/bin/python scripts/bench_cpu_eval.py --world-size 2 --reps 3 --out docs/bench_cpu_eval.json
+
+Evaluates every problem's reference copy (from samples/replay) ``reps`` times through one
+Harness, with and without prewarmed rank processes, and prints: seconds per sample (handed to
+the harness until its result), and min/median/max/stdev of the copies' speedups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from pkb_ray.config import EvalConfig, HardwareConfig
+from pkb_ray.harness import Harness
+from pkb_ray.problem import load_problems
+from pkb_ray.samples import read_samples
+from pkb_ray.schema import Sample
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def measure(world_size: int, reps: int, prewarm: bool, iters: int) -> dict:
+    problems = load_problems()
+    rows = [r for r in read_samples(REPO / "samples/replay") if r["metadata"].get("label") == "reference_copy"]
+    with tempfile.TemporaryDirectory() as tmp:
+        h = Harness(["cpu"] * world_size, EvalConfig(prewarm=prewarm, iters=iters, warmup=10),
+                    HardwareConfig(world_size=world_size, gpus_per_node=world_size), problems,
+                    work_dir=Path(tmp) / "work", cache_dir=Path(tmp) / "cache")
+        for row in rows:  # fill the reference cache first: it is paid once per problem, not per sample
+            h.evaluate(Sample.model_validate(row))
+        seconds, speedups = [], []
+        for _ in range(reps):
+            for row in rows:
+                t0 = time.monotonic()
+                r = h.evaluate(Sample.model_validate(row))
+                seconds.append(time.monotonic() - t0)
+                speedups.append(r.speedup)
+        h.close()
+    return {"world_size": world_size, "prewarm": prewarm, "iters": iters, "samples": len(seconds),
+            "seconds_median": statistics.median(seconds), "seconds_mean": statistics.mean(seconds),
+            "speedup_min": min(speedups), "speedup_median": statistics.median(speedups),
+            "speedup_max": max(speedups), "speedup_stdev": statistics.pstdev(speedups)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=200)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    rows = [measure(args.world_size, args.reps, prewarm, args.iters) for prewarm in (False, True)]
+    for r in rows:
+        print(f"W={r['world_size']} prewarm={r['prewarm']!s:5} n={r['samples']} "
+              f"s/sample median={r['seconds_median']:.2f} mean={r['seconds_mean']:.2f}  "
+              f"copy speedup min={r['speedup_min']:.3f} median={r['speedup_median']:.3f} "
+              f"max={r['speedup_max']:.3f} stdev={r['speedup_stdev']:.3f}")
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
