@@ -71,5 +71,7 @@ def test_loader_discovers_folder_and_skips_private_files(tmp_path):
     write(tmp_path, GOOD.format(id="copy"))
     (tmp_path / "_helpers.py").write_text("raise SystemExit('never imported')\n")
     assert list(load_problems(tmp_path)) == ["copy"]
+    empty = tmp_path / "_empty"
+    empty.mkdir()
     with pytest.raises(ProblemError, match="no problem files"):
-        load_problems(tmp_path / "_empty" if (tmp_path / "_empty").mkdir() is None else None)
+        load_problems(empty)
