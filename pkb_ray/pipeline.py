@@ -31,6 +31,14 @@ def select_rows(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str
     return [r for r in rows if r.get("problem_id") in ids or r.get("problem_id") not in problems]
 
 
+def prepare(row: dict[str, Any], problems: dict[str, Problem], world_size: int) -> Sample | Result:
+    """Validate then compile one row: a Sample ready for a gang, or its final Result."""
+    out = validate(row, problems, world_size)
+    if isinstance(out, Sample):
+        out = compile_sample(out, world_size, problems[out.problem_id].meta.category)
+    return out
+
+
 def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str, Problem], results_dir: Path,
                  flush_every: int = 16, on_result: Callable[[Result], None] | None = None) -> list[Result]:
     world = cfg.hardware.world_size
@@ -48,9 +56,7 @@ def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[st
 
     ready: list[Sample] = []
     for row in rows:
-        out = validate(row, problems, world)
-        if isinstance(out, Sample):
-            out = compile_sample(out, world, problems[out.problem_id].meta.category)
+        out = prepare(row, problems, world)
         if isinstance(out, Sample):
             ready.append(out)
         else:  # settled before any rank ran: still say where it would have run

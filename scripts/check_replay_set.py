@@ -19,11 +19,10 @@ from pathlib import Path
 
 from pkb_ray.config import EvalConfig, HardwareConfig
 from pkb_ray.harness import Harness
+from pkb_ray.pipeline import prepare
 from pkb_ray.problem import load_problems
 from pkb_ray.samples import read_samples
 from pkb_ray.schema import Sample
-from pkb_ray.stages.compile import compile_sample
-from pkb_ray.stages.validate import validate
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -48,8 +47,7 @@ def main() -> int:
                     hw, problems, work_dir=Path(tmp) / "work", cache_dir=Path(tmp) / "cache")
         for row in read_samples(REPO / "samples/replay"):
             t0 = time.monotonic()
-            out = validate(row, problems, w)
-            out = compile_sample(out, w) if isinstance(out, Sample) else out
+            out = prepare(row, problems, w)
             out = h.evaluate(out) if isinstance(out, Sample) else out
             expect = row["metadata"]["expect"]
             bad += out.status.value != expect

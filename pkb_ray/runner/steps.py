@@ -23,9 +23,10 @@ MAX_REPORTED_MISMATCHES = 5
 def candidate_traceback() -> str:
     """The current exception's traceback without the harness's own frames."""
     exc = sys.exc_info()[1]
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/pkb_ray/runner/" not in f.filename and not f.filename.startswith("<frozen")]
-    return "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)) + \
-        "".join(traceback.format_exception_only(type(exc), exc))
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if "/pkb_ray/runner/" not in f.filename and not f.filename.startswith("<frozen")]
+    return ("Traceback (most recent call last):\n" + "".join(traceback.format_list(frames))
+            + "".join(traceback.format_exception_only(type(exc), exc)))
 
 
 def load_candidate(path: str | Path) -> ModuleType:
