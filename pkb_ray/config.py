@@ -36,8 +36,10 @@ class ProblemsConfig(_Strict):
 class EvalConfig(_Strict):
     trials: int = Field(3, ge=1, description="correctness trials, each on fresh random inputs")
     timing_sets: int = Field(3, ge=1, description="input sets rotated through the timed iterations")
-    warmup: int = Field(3, ge=0)
-    iters: int = Field(20, ge=1, description="timed rounds (each times reference and candidate once)")
+    warmup: int = Field(3, ge=0, description="untimed calls of each side before timing")
+    rounds: int = Field(20, ge=1, description="timed rounds per side (reference and candidate interleaved)")
+    round_us: float = Field(2000.0, gt=0, description="target length of one round; sets its back-to-back calls")
+    max_round_calls: int = Field(200, ge=1, description="at most this many calls in one round")
     timeout_s: float = Field(60.0, gt=0, description="limit for each step of a sample (trials, timing)")
     startup_timeout_s: float = Field(120.0, gt=0, description="limit for rank processes to join their group")
     size: str = Field("small", description="size preset of every problem (small, default, large)")

@@ -195,7 +195,9 @@ class Harness:
             return {"status": Status.WRONG_OUTPUT, "failed_rank": bad.rank, "trials": trials,
                     "message": f"trial seed={bad.seed} rank {bad.rank}: {bad.message}"}
         outcome = ranks.run({**base, "step": "timing", "seeds": timing_seeds, "warmup": self.cfg.warmup,
-                             "iters": self.cfg.iters, "expected_dir": str(expected_dir)}, self.cfg.timeout_s)
+                             "rounds": self.cfg.rounds, "round_us": self.cfg.round_us,
+                             "max_round_calls": self.cfg.max_round_calls, "expected_dir": str(expected_dir)},
+                            self.cfg.timeout_s)
         failed = failure_status(outcome)
         if failed:
             return {"status": failed[0], "failed_rank": failed[1], "trials": trials,
@@ -228,7 +230,9 @@ class Harness:
         fields = dict(trials=trials + timed, ref_median_us=[m for m, _ in ref], ref_iqr_us=[q for _, q in ref],
                       cand_median_us=[m for m, _ in cand], cand_iqr_us=[q for _, q in cand],
                       ref_time_us=ref_t, cand_time_us=cand_t, speedup=speedup(ref_t, cand_t),
-                      sol_time_us=sol_us, sol_fraction=sol_us / cand_t if cand_t > 0 else None)
+                      sol_time_us=sol_us, sol_fraction=sol_us / cand_t if cand_t > 0 else None,
+                      timed_seconds=max(rep["timed_seconds"] for rep in reports),
+                      calls_per_round=reports[0]["calls_per_round"])
         ref_bad = [t for t in timed if t.message.startswith("ref ")]
         cand_bad = [t for t in timed if t.message.startswith("cand ")]
         if ref_bad:

@@ -78,7 +78,7 @@ class Result(BaseModel):
     dtype: str = ""
     size: str = ""  # preset name or knob list
     trials: list[TrialRecord] = Field(default_factory=list)
-    # Per-rank median and inter-quartile range of the timed iterations, microseconds.
+    # Per-rank median and inter-quartile range over the timed rounds, microseconds per call.
     ref_median_us: list[float] = Field(default_factory=list)
     ref_iqr_us: list[float] = Field(default_factory=list)
     cand_median_us: list[float] = Field(default_factory=list)
@@ -93,7 +93,10 @@ class Result(BaseModel):
     versions: dict[str, str] = Field(default_factory=dict)
     started_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     finished_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
-    eval_seconds: float = 0.0
+    eval_seconds: float = 0.0  # sample handed to the harness until its verdict
+    timed_seconds: float | None = None  # of which inside the timing step (warmup and rounds), slowest rank
+    calls_per_round: int | None = None  # back-to-back calls in one timed round (see pkb_ray.timing)
+    gang: str = ""  # the gang actor that evaluated it
     source: str = ""
 
     @classmethod
@@ -160,6 +163,9 @@ RESULT_SCHEMA = pa.schema(
         ("started_at", pa.timestamp("us", tz="UTC")),
         ("finished_at", pa.timestamp("us", tz="UTC")),
         ("eval_seconds", pa.float64()),
+        ("timed_seconds", pa.float64()),
+        ("calls_per_round", pa.int32()),
+        ("gang", pa.string()),
         ("source", pa.string()),
     ]
 )

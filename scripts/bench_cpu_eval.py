@@ -25,11 +25,11 @@ from pkb_ray.schema import Sample
 REPO = Path(__file__).resolve().parent.parent
 
 
-def measure(world_size: int, reps: int, prewarm: bool, iters: int) -> dict:
+def measure(world_size: int, reps: int, prewarm: bool, rounds: int) -> dict:
     problems = load_problems()
     rows = [r for r in read_samples(REPO / "samples/replay") if r["metadata"].get("label") == "reference_copy"]
     with tempfile.TemporaryDirectory() as tmp:
-        h = Harness(["cpu"] * world_size, EvalConfig(prewarm=prewarm, iters=iters, warmup=10),
+        h = Harness(["cpu"] * world_size, EvalConfig(prewarm=prewarm, rounds=rounds, warmup=10),
                     HardwareConfig(world_size=world_size, gpus_per_node=world_size), problems,
                     work_dir=Path(tmp) / "work", cache_dir=Path(tmp) / "cache")
         for row in rows:  # fill the reference cache first: it is paid once per problem, not per sample
@@ -42,7 +42,7 @@ def measure(world_size: int, reps: int, prewarm: bool, iters: int) -> dict:
                 seconds.append(time.monotonic() - t0)
                 speedups.append(r.speedup)
         h.close()
-    return {"world_size": world_size, "prewarm": prewarm, "iters": iters, "samples": len(seconds),
+    return {"world_size": world_size, "prewarm": prewarm, "rounds": rounds, "samples": len(seconds),
             "seconds_median": statistics.median(seconds), "seconds_mean": statistics.mean(seconds),
             "speedup_min": min(speedups), "speedup_median": statistics.median(speedups),
             "speedup_max": max(speedups), "speedup_stdev": statistics.pstdev(speedups)}
@@ -52,10 +52,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--world-size", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--iters", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    rows = [measure(args.world_size, args.reps, prewarm, args.iters) for prewarm in (False, True)]
+    rows = [measure(args.world_size, args.reps, prewarm, args.rounds) for prewarm in (False, True)]
     for r in rows:
         print(f"W={r['world_size']} prewarm={r['prewarm']!s:5} n={r['samples']} "
               f"s/sample median={r['seconds_median']:.2f} mean={r['seconds_mean']:.2f}  "

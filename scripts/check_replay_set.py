@@ -32,7 +32,7 @@ def main() -> int:
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--world-size", type=int, default=2)
     ap.add_argument("--size", default="small")
-    ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=50)
     ap.add_argument("--timeout", type=float, default=20)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -43,7 +43,7 @@ def main() -> int:
     problems = load_problems()
     rows, bad = [], 0
     with tempfile.TemporaryDirectory() as tmp:
-        h = Harness(devices, EvalConfig(iters=args.iters, warmup=10, timeout_s=args.timeout, size=args.size),
+        h = Harness(devices, EvalConfig(rounds=args.rounds, warmup=10, timeout_s=args.timeout, size=args.size),
                     hw, problems, work_dir=Path(tmp) / "work", cache_dir=Path(tmp) / "cache")
         for row in read_samples(REPO / "samples/replay"):
             t0 = time.monotonic()

@@ -47,7 +47,7 @@ def test_hostile_sample_gets_its_status(make_harness, name, status, needle):
 
 
 def test_patched_timer_does_not_fool_the_timer(make_harness):
-    result = make_harness(2, iters=20).evaluate(_sample("patches_timer.py"))
+    result = make_harness(2, rounds=20).evaluate(_sample("patches_timer.py"))
     assert result.status == Status.CORRECT, result.message
     assert min(result.cand_median_us) > 1.0  # real microseconds, not the frozen clock's zero
     assert 0.3 < result.speedup < 3.0

@@ -41,7 +41,7 @@ def test_speed_of_light_is_positive_and_grows_with_size(problems, pid):
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.parametrize("pid", PROBLEM_IDS)
 def test_copy_of_reference_is_correct(problems, make_harness, pid, world_size):
-    h = make_harness(world_size, iters=5)
+    h = make_harness(world_size, rounds=5)
     sample = Sample(problem_id=pid, model="test", sample_index=0, source=problems[pid].source())
     result = h.evaluate(sample)
     assert result.status == Status.CORRECT, result.message

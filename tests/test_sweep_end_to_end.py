@@ -21,7 +21,7 @@ def test_sweep_on_shipped_set(tmp_path):
     env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
     proc = subprocess.run(
         [sys.executable, "-m", "pkb_ray.sweep", f"hydra.run.dir={run_dir}", "ray.include_dashboard=false",
-         "eval.timeout_s=8", "eval.iters=30", f"cache_dir={tmp_path / 'cache'}"],
+         "eval.timeout_s=8", "eval.rounds=30", f"cache_dir={tmp_path / 'cache'}"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -11,11 +11,11 @@ import statistics
 import pytest
 
 from pkb_ray.schema import Sample, Status
-from pkb_ray.timing import median_iqr, round_order, sample_time, speedup
+from pkb_ray.timing import calls_per_round, median_iqr, round_order, sample_time, speedup
 
 
 def test_copy_of_reference_times_at_one(make_harness, problems):
-    h = make_harness(2, iters=200, warmup=10, timing_sets=3)
+    h = make_harness(2, rounds=40, warmup=10, timing_sets=3)
     sample = Sample(problem_id="all_reduce", model="m", sample_index=0, source=problems["all_reduce"].source())
     speedups = []
     for _ in range(3):
@@ -30,7 +30,7 @@ def test_slower_candidate_is_measured_slower(make_harness, problems):
     from conftest import REPO
 
     source = (REPO / "samples/replay/all_reduce/02_chunked_slower.py").read_text()
-    r = make_harness(2, iters=50).evaluate(Sample(problem_id="all_reduce", model="m", sample_index=2, source=source))
+    r = make_harness(2, rounds=50).evaluate(Sample(problem_id="all_reduce", model="m", sample_index=2, source=source))
     assert r.status == Status.CORRECT and r.speedup < 0.5  # 16 all-reduces instead of one
 
 
@@ -46,3 +46,18 @@ def test_statistics_by_hand():
     assert speedup(10.0, 4.0) == 2.5
     with pytest.raises(ValueError):
         median_iqr([])
+
+
+def test_calls_per_round_fill_the_round():
+    assert calls_per_round(100.0, 2000.0, 500) == 20
+    assert calls_per_round(3000.0, 2000.0, 500) == 1  # a slow call is its own round
+    assert calls_per_round(0.5, 2000.0, 500) == 500  # capped
+    assert calls_per_round(float("nan"), 2000.0, 500) == 500
+
+
+def test_timed_results_report_their_rounds(make_harness, problems):
+    r = make_harness(2, rounds=6, round_us=1500).evaluate(
+        Sample(problem_id="broadcast", model="m", sample_index=0, source=problems["broadcast"].source()))
+    assert r.status == Status.CORRECT, r.message
+    assert r.calls_per_round >= 1 and 0 < r.timed_seconds < r.eval_seconds
+    assert len(r.ref_median_us) == 2 and all(t > 0 for t in r.cand_median_us)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 import traceback
 from pathlib import Path
 from types import ModuleType
@@ -15,7 +16,7 @@ import torch.distributed as dist
 from pkb_ray.correctness import compare, poison_like, to_cpu
 from pkb_ray.problem import DTYPES, InputContext, Problem, load_problem
 from pkb_ray.runner.protocol import StepFailed, set_phase, tensor_file
-from pkb_ray.timing import round_order, timed_call
+from pkb_ray.timing import calls_per_round, round_order, timed_region
 
 MAX_REPORTED_MISMATCHES = 5
 
@@ -97,45 +98,54 @@ class RankSession:
         return {"status": "ok"}
 
     def timing(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        seeds, warmup, iters = cmd["seeds"], cmd["warmup"], cmd["iters"]
+        seeds = cmd["seeds"]
+        t_start = time.monotonic()
         tol = self.problem.tolerance(self.dtype_name)
         sets = [self._inputs(s) for s in seeds]
-        pristine = [to_cpu(s) for s in sets] if self.problem.meta.mutates_inputs else None
         expected = [
             _to_device(torch.load(tensor_file(Path(cmd["expected_dir"]), s, self.rank))["outputs"], self.device)
             for s in seeds
         ]
         fns = {"ref": self.problem.solution, "cand": self.candidate}
+        self._phase("timing warmup")
+        for side in ("ref", "cand"):
+            self._region(fns[side], sets, cmd["warmup"], 0, side, "warmup")  # JIT, allocator, NCCL channels
+        per_call = {side: self._region(fns[side], sets, len(sets), 0, side, "calibration")[1]
+                    for side in ("ref", "cand")}
+        slowest = torch.tensor([max(per_call.values())], dtype=torch.float64, device=self.device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # every rank must make the same number of calls
+        k = calls_per_round(float(slowest.item()), cmd["round_us"], cmd["max_round_calls"])
         times: dict[str, list[float]] = {"ref": [], "cand": []}
         mismatches: list[dict[str, Any]] = []
         counts = {"ref": 0, "cand": 0}
-        self._phase("timing warmup")
-        for i in range(warmup):
-            for side in round_order(i):
-                self._call(fns[side], sets, pristine, i % len(sets), side)
-        self._sync()
         self._phase("timing")
-        for i in range(iters):
-            j = i % len(sets)
+        for i in range(cmd["rounds"]):
             for side in round_order(i):
-                self._restore(sets, pristine, j)
-                dist.barrier()
-                try:
-                    out, us = timed_call(fns[side], sets[j], self.device)
-                except BaseException:  # noqa: BLE001
-                    raise StepFailed("runtime_error", f"timed call {i} ({side}):\n{candidate_traceback()}") from None
+                first = i * k  # each round starts one step further through the input sets
+                outs, us = self._region(fns[side], sets, k, first, side, f"round {i}")
                 times[side].append(us)
-                found = compare(expected[j], out, tol.atol, tol.rtol)
-                if found:
-                    counts[side] += 1
-                    if len(mismatches) < MAX_REPORTED_MISMATCHES:
-                        mismatches.append(
-                            {"side": side, "iter": i, "seed": seeds[j], "message": str(found),
-                             "max_abs_error": found.max_abs_error}
-                        )
-                del out
-        return {"status": "ok", "ref_us": times["ref"], "cand_us": times["cand"],
-                "mismatches": mismatches, "mismatch_counts": counts}
+                for n, out in enumerate(outs):
+                    j = (first + n) % len(sets)
+                    found = compare(expected[j], out, tol.atol, tol.rtol)
+                    if found:
+                        counts[side] += 1
+                        if len(mismatches) < MAX_REPORTED_MISMATCHES:
+                            mismatches.append({"side": side, "iter": i, "seed": seeds[j], "message": str(found),
+                                               "max_abs_error": found.max_abs_error})
+                del outs
+        return {"status": "ok", "ref_us": times["ref"], "cand_us": times["cand"], "calls_per_round": k,
+                "timed_seconds": time.monotonic() - t_start, "mismatches": mismatches, "mismatch_counts": counts}
+
+    def _region(self, fn, sets, k: int, first: int, side: str, what: str) -> tuple[list[Any], float]:
+        """One timed region of k calls (see :mod:`pkb_ray.timing`), ranks aligned by a barrier first."""
+        calls = [sets[(first + n) % len(sets)] for n in range(max(k, 1))]
+        if self.problem.meta.mutates_inputs:  # the reference changes them: each call gets its own copy
+            calls = [tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args) for args in calls]
+        dist.barrier()
+        try:
+            return timed_region(fn, calls, self.device)
+        except BaseException:  # noqa: BLE001
+            raise StepFailed("runtime_error", f"timed call, {what} ({side}):\n{candidate_traceback()}") from None
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -143,21 +153,6 @@ class RankSession:
         ctx = InputContext(size=self.size, rank=self.rank, world_size=self.world_size,
                            dtype=DTYPES[self.dtype_name], device=self.device, seed=seed)
         return tuple(self.problem.make_inputs(ctx))
-
-    def _call(self, fn, sets, pristine, j: int, side: str) -> None:
-        self._restore(sets, pristine, j)
-        try:
-            fn(*sets[j])
-        except BaseException:  # noqa: BLE001
-            raise StepFailed("runtime_error", f"warmup ({side}):\n{candidate_traceback()}") from None
-
-    def _restore(self, sets, pristine, j: int) -> None:
-        """Put back inputs that the reference itself mutates (problems with mutates_inputs)."""
-        if pristine is None:
-            return
-        for dst, src in zip(sets[j], pristine[j]):
-            if isinstance(dst, torch.Tensor):
-                dst.copy_(src)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
