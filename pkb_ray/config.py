@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class ConfigError(ValueError):
@@ -53,22 +53,33 @@ class HardwareConfig(_Strict):
 
     name: str = "cpu_gloo"
     device: Literal["cpu", "cuda"] = "cpu"
-    world_size: int = Field(2, ge=1)
+    world_sizes: list[int] = Field([2], min_length=1,
+                                   description="evaluate every sample at each of these (that its problem supports)")
     gpus_per_node: int = Field(2, ge=1, description="GPUs per node (logical ones on a CPU machine)")
     nodes: int = Field(1, ge=1)
     arch: str | None = None
     link_gbps: float = Field(gt=0, default=1.0, description="per-GPU interconnect bandwidth, GB/s, one way")
     hbm_gbps: float = Field(gt=0, default=10.0)
     tflops: float = Field(gt=0, default=0.1)
+    nvlink_multicast: bool = Field(True, description="false: force NVLink multicast (NVLS) off in every rank; "
+                                                     "true: leave it to the environment")
 
     @property
     def backend(self) -> str:
         return "nccl" if self.device == "cuda" else "gloo"
 
+    @field_validator("world_sizes", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, int) else value
+
     @model_validator(mode="after")
     def _fits(self) -> "HardwareConfig":
-        if self.world_size > self.gpus_per_node * self.nodes:
-            raise ValueError(f"world_size {self.world_size} exceeds gpus_per_node x nodes")
+        if len(set(self.world_sizes)) != len(self.world_sizes) or min(self.world_sizes) < 1:
+            raise ValueError(f"world_sizes {self.world_sizes} must be distinct positive integers")
+        too_big = [w for w in self.world_sizes if w > self.gpus_per_node]
+        if too_big:  # a gang lives on one node (inter-node gangs: issue 9)
+            raise ValueError(f"world_sizes {too_big} exceed gpus_per_node {self.gpus_per_node}")
         return self
 
 

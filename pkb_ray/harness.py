@@ -23,6 +23,7 @@ import platform
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -117,6 +118,19 @@ def failure_status(outcome: StepOutcome) -> tuple[Status, int | None] | None:
     return None
 
 
+class PhaseClock:
+    """Seconds spent in each phase of one sample, for overhead accounting (Result.phase_seconds)."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.monotonic()
+
+    def lap(self, phase: str) -> None:
+        now = time.monotonic()
+        self.laps[phase] = round(self.laps.get(phase, 0.0) + now - self._last, 4)
+        self._last = now
+
+
 class Harness:
     """Evaluates samples one at a time on one set of W devices (a gang's worth)."""
 
@@ -130,30 +144,53 @@ class Harness:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.references = ReferenceCache(cache_dir, self._spawn)
         self._next: RankSet | None = None
+        self._reapers: list[threading.Thread] = []
         self.versions = {"torch": torch.__version__, "python": platform.python_version(),
                          "backend": hardware.backend}
 
     def _spawn(self, job_dir: Path) -> RankSet:
         threads = max(1, (os.cpu_count() or 1) // len(self.devices))
+        # the ranks' own collective timeout is a backstop: the parent kills a step at timeout_s first,
+        # so a hang is reported as a timeout, not as the crash NCCL's watchdog would make of it
         return RankSet(self.devices, backend=self.hardware.backend, job_dir=job_dir,
-                       pg_timeout_s=max(self.cfg.timeout_s * 2, 60.0), num_threads=threads)
+                       pg_timeout_s=self.cfg.timeout_s + 15.0, num_threads=threads,
+                       multicast=self.hardware.nvlink_multicast)
 
     def _take_ranks(self) -> RankSet:
         ranks = self._next or self._spawn(Path(tempfile.mkdtemp(prefix="sample-", dir=self.work_dir)))
         self._next = None
         return ranks
 
-    def _prewarm(self) -> None:
+    def prewarm(self) -> None:
+        """Start the next sample's rank processes now (when ``prewarm``), so they are ready when it comes."""
         if self.cfg.prewarm and self._next is None:
             self._next = self._spawn(Path(tempfile.mkdtemp(prefix="sample-", dir=self.work_dir)))
 
+    def _retire(self, ranks: RankSet) -> None:
+        """Kill a used rank set now; reap it and delete its folder in the background."""
+        ranks.signal_kill()
+
+        def reap() -> None:
+            ranks.kill()
+            shutil.rmtree(ranks.job_dir, ignore_errors=True)
+
+        self._reapers = [t for t in self._reapers if t.is_alive()]
+        thread = threading.Thread(target=reap, name=f"reap-{ranks.job_dir.name}", daemon=True)
+        thread.start()
+        self._reapers.append(thread)
+
     def close(self) -> None:
+        """Kill the prewarmed rank set and wait until every rank process is gone."""
         if self._next is not None:
-            self._next.kill()
+            self._retire(self._next)
             self._next = None
+        for thread in self._reapers:
+            thread.join(timeout=60)
+        self._reapers.clear()
 
     def evaluate(self, sample: Sample) -> Result:
         started, t0 = datetime.now(timezone.utc), time.monotonic()
+        clock = PhaseClock()
         problem = self.problems[sample.problem_id]
         dtype = self.cfg.dtype or problem.meta.dtypes[0]
         size_label, knobs = problem.size(self.cfg.size)
@@ -162,21 +199,23 @@ class Harness:
         trial_seeds, timing_seeds = seeds_for(self.cfg)
         expected_dir = self.references.ensure(problem, len(self.devices), dtype, knobs, trial_seeds + timing_seeds,
                                               self.hardware.device, self.cfg.timeout_s, self.cfg.startup_timeout_s)
+        clock.lap("reference")
         ranks = self._take_ranks()
         try:
-            self._prewarm()
-            fields = self._run(sample, problem, ranks, dtype, knobs, expected_dir, trial_seeds, timing_seeds)
+            self.prewarm()
+            fields = self._run(sample, problem, ranks, dtype, knobs, expected_dir, trial_seeds, timing_seeds, clock)
         finally:
-            ranks.kill()
-            shutil.rmtree(ranks.job_dir, ignore_errors=True)
+            self._retire(ranks)
+            clock.lap("cleanup")
         status, message = fields.pop("status"), fields.pop("message", "")
         return Result.for_sample(sample, status, message, started_at=started, finished_at=datetime.now(timezone.utc),
-                                 eval_seconds=time.monotonic() - t0, **common, **fields)
+                                 eval_seconds=time.monotonic() - t0, phase_seconds=clock.laps, **common, **fields)
 
-    def _run(self, sample, problem, ranks, dtype, knobs, expected_dir, trial_seeds, timing_seeds) -> dict:
+    def _run(self, sample, problem, ranks, dtype, knobs, expected_dir, trial_seeds, timing_seeds, clock) -> dict:
         ready = ranks.wait_ready(self.cfg.startup_timeout_s)
         if not ready.ok:
             raise RuntimeError(f"rank processes did not start: {describe(ready, ranks)}")
+        clock.lap("ready")
         candidate = ranks.job_dir / "candidate.py"
         candidate.write_text(sample.source)
         out_dir = ranks.job_dir / "outputs"
@@ -184,12 +223,14 @@ class Harness:
         base = {"problem_path": str(problem.path), "dtype": dtype, "size": knobs}
         outcome = ranks.run({**base, "step": "trials", "candidate_path": str(candidate), "seeds": trial_seeds,
                              "expected_dir": str(expected_dir), "out_dir": str(out_dir)}, self.cfg.timeout_s)
+        clock.lap("trials")
         failed = failure_status(outcome)
         if failed:
             return {"status": failed[0], "failed_rank": failed[1], "message": describe(outcome, ranks)}
         tol = problem.tolerance(dtype)
         trials = [self._check_trial(expected_dir, out_dir, seed, rank, tol)
                   for seed in trial_seeds for rank in range(len(self.devices))]
+        clock.lap("check")
         bad = next((t for t in trials if not t.ok), None)
         if bad:
             return {"status": Status.WRONG_OUTPUT, "failed_rank": bad.rank, "trials": trials,
@@ -198,6 +239,7 @@ class Harness:
                              "rounds": self.cfg.rounds, "round_us": self.cfg.round_us,
                              "max_round_calls": self.cfg.max_round_calls, "expected_dir": str(expected_dir)},
                             self.cfg.timeout_s)
+        clock.lap("timing")
         failed = failure_status(outcome)
         if failed:
             return {"status": failed[0], "failed_rank": failed[1], "trials": trials,

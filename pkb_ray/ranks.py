@@ -49,16 +49,31 @@ class StepOutcome:
         return not self.dead and not self.missing and all(r.get("status") == "ok" for r in self.reports.values())
 
 
-def child_env(extra: dict[str, str] | None = None, num_threads: int = 1) -> dict[str, str]:
-    """Environment of a rank: ours (NVLink multicast switches included) plus fail-fast NCCL."""
+# NVLink multicast (NVLS) switches. Lent machines set them and forbid multicast; a rank keeps what
+# its environment says, and gets them forced on it when the hardware profile says multicast is off.
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def child_env(extra: dict[str, str] | None = None, num_threads: int = 1, *, multicast: bool = True,
+              collective_timeout_s: float = 600.0) -> dict[str, str]:
+    """Environment of a rank: ours (multicast switches included) plus NCCL settings that fail fast.
+
+    NCCL's defaults would let a rank stuck in a collective hang for 10-30 minutes. The parent kills
+    a step at its deadline anyway; these make the rank itself give up soon after, should the
+    parent be unable to (``collective_timeout_s`` is also the process group's timeout).
+    """
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # a failed or timed-out collective ends the process
+    env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "0")  # no flight-recorder dump on the way down
+    env.setdefault("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", str(int(collective_timeout_s)))  # a stuck watchdog too
     env.setdefault("OMP_NUM_THREADS", str(num_threads))
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("RANK", None)  # a candidate must not see a launcher's variables that contradict ours
     env.pop("LOCAL_RANK", None)
+    if not multicast:
+        env.update(MULTICAST_OFF)
     env.update(extra or {})
     return env
 
@@ -80,6 +95,7 @@ class RankSet:
         job_dir: Path,
         pg_timeout_s: float = 600.0,
         num_threads: int = 1,
+        multicast: bool = True,
         env: dict[str, str] | None = None,
     ):
         self.world_size = len(devices)
@@ -89,7 +105,7 @@ class RankSet:
         self._store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False, use_libuv=True)
         prefix = uuid.uuid4().hex
         self.procs: list[subprocess.Popen] = []
-        child = child_env(env, num_threads)
+        child = child_env(env, num_threads, multicast=multicast, collective_timeout_s=pg_timeout_s)
         for rank, device in enumerate(devices):
             log = open(self.job_dir / f"rank{rank}.log", "wb")
             cmd = [
@@ -181,14 +197,11 @@ class RankSet:
         self.kill()
 
     def kill(self) -> None:
+        """SIGKILL every rank's process session and reap the processes (up to 30 s)."""
+        self.signal_kill()
         for proc in self.procs:
             try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the rank and anything it spawned
-            except (ProcessLookupError, PermissionError):
-                pass
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 pass
             if proc.stdin:
@@ -196,5 +209,13 @@ class RankSet:
                     proc.stdin.close()
                 except OSError:
                     pass
+        self._store = None  # closes the rendezvous server
+
+    def signal_kill(self) -> None:
+        """SIGKILL every rank's process session now, without waiting for them to go."""
         self.closed = True
-        del self._store
+        for proc in self.procs:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the rank and anything it spawned
+            except (ProcessLookupError, PermissionError):
+                pass

@@ -96,6 +96,7 @@ class Result(BaseModel):
     eval_seconds: float = 0.0  # sample handed to the harness until its verdict
     timed_seconds: float | None = None  # of which inside the timing step (warmup and rounds), slowest rank
     calls_per_round: int | None = None  # back-to-back calls in one timed round (see pkb_ray.timing)
+    phase_seconds: dict[str, float] = Field(default_factory=dict)  # reference, ready, trials, check, timing, cleanup
     gang: str = ""  # the gang actor that evaluated it
     source: str = ""
 
@@ -165,6 +166,7 @@ RESULT_SCHEMA = pa.schema(
         ("eval_seconds", pa.float64()),
         ("timed_seconds", pa.float64()),
         ("calls_per_round", pa.int32()),
+        ("phase_seconds", pa.map_(pa.string(), pa.float64())),
         ("gang", pa.string()),
         ("source", pa.string()),
     ]
@@ -177,6 +179,7 @@ def results_to_table(results: list[Result]) -> pa.Table:
         row = r.model_dump(mode="python")
         row["status"] = r.status.value
         row["versions"] = list(r.versions.items())
+        row["phase_seconds"] = list(r.phase_seconds.items())
         rows.append(row)
     return pa.Table.from_pylist(rows, schema=RESULT_SCHEMA)
 
@@ -185,5 +188,6 @@ def table_to_results(table: pa.Table) -> list[Result]:
     out = []
     for row in table.to_pylist():
         row["versions"] = dict(row["versions"] or [])
+        row["phase_seconds"] = dict(row["phase_seconds"] or [])
         out.append(Result.model_validate(row))
     return out

@@ -30,7 +30,7 @@ def measure(world_size: int, reps: int, prewarm: bool, rounds: int) -> dict:
     rows = [r for r in read_samples(REPO / "samples/replay") if r["metadata"].get("label") == "reference_copy"]
     with tempfile.TemporaryDirectory() as tmp:
         h = Harness(["cpu"] * world_size, EvalConfig(prewarm=prewarm, rounds=rounds, warmup=10),
-                    HardwareConfig(world_size=world_size, gpus_per_node=world_size), problems,
+                    HardwareConfig(world_sizes=[world_size], gpus_per_node=world_size), problems,
                     work_dir=Path(tmp) / "work", cache_dir=Path(tmp) / "cache")
         for row in rows:  # fill the reference cache first: it is paid once per problem, not per sample
             h.evaluate(Sample.model_validate(row))

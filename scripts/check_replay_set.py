@@ -38,7 +38,7 @@ def main() -> int:
     args = ap.parse_args()
     w = args.world_size
     devices = [f"cuda:{i}" for i in range(w)] if args.device == "cuda" else ["cpu"] * w
-    hw = HardwareConfig(name=f"{args.device}_{w}", device=args.device, world_size=w, gpus_per_node=w,
+    hw = HardwareConfig(name=f"{args.device}_{w}", device=args.device, world_sizes=[w], gpus_per_node=w,
                         link_gbps=450.0 if args.device == "cuda" else 5.0)
     problems = load_problems()
     rows, bad = [], 0

@@ -29,7 +29,7 @@ def make_harness(problems, cache_dir, tmp_path):
         settings = dict(trials=2, timing_sets=2, warmup=2, rounds=10, timeout_s=20, prewarm=False)
         settings.update(eval_overrides)
         h = Harness(["cpu"] * world_size, EvalConfig(**settings),
-                    HardwareConfig(world_size=world_size, gpus_per_node=world_size), problems,
+                    HardwareConfig(world_sizes=[world_size], gpus_per_node=world_size), problems,
                     work_dir=tmp_path / f"work{len(made)}", cache_dir=cache_dir)
         made.append(h)
         return h
@@ -48,3 +48,18 @@ def pid_alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
+
+
+def rank_processes(under: Path) -> list[int]:
+    """Live rank processes whose command line mentions a path under ``under`` (their job folder)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "pkb_ray.runner.rank" in cmdline and str(under) in cmdline and pid_alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found

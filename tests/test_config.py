@@ -34,7 +34,8 @@ def test_group_choice_and_key_overrides():
         ("eval.timeout_s=-1", "eval.timeout_s"),
         ("hardware.device=tpu", "hardware.device"),
         ("wandb.mode=sometimes", "wandb.mode"),
-        ("hardware.world_size=16", "hardware"),
+        ("hardware.world_sizes=[16]", "hardware"),
+        ("hardware.world_sizes=[2,2]", "hardware"),
         ("+eval.colour=red", "eval.colour"),
     ],
 )

@@ -47,7 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     timeout = timedelta(seconds=args.pg_timeout)
     store = dist.TCPStore(host, int(port), args.world_size, is_master=False, timeout=timeout)
     store = dist.PrefixStore(args.prefix, store)
-    dist.init_process_group(args.backend, store=store, rank=args.rank, world_size=args.world_size, timeout=timeout)
+    # device_id makes NCCL build its communicator now (eagerly), so a prewarmed rank set has paid for it
+    eager = {"device_id": device} if device.type == "cuda" else {}
+    dist.init_process_group(args.backend, store=store, rank=args.rank, world_size=args.world_size, timeout=timeout,
+                            **eager)
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
     dist.barrier()

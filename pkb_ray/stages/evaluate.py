@@ -1,65 +1,134 @@
-"""The evaluate stage: samples to gangs, results back, as many gangs busy as the cluster allows.
+"""The evaluate stage: (sample, world size) tasks to gangs, results back, every gang kept busy.
 
-A gang that dies (its actor process killed) gives its sample a ``crash`` result and is replaced;
-no other sample's result is lost.
+How many gangs of each world size run is decided by :func:`pkb_ray.placement.plan_gangs` from
+the nodes' GPUs and the tasks queued per world size. A gang starts in three asynchronous steps
+(placement group ready, bundle GPUs known, actor up) while others already work. A gang whose
+world size has no work left is stopped and its GPUs given back, so gangs of another world size
+can take them. A gang whose actor dies gives its sample a ``crash`` result and is restarted in
+the same placement group; no other sample's result is lost.
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
+import time
+from collections import Counter, deque
 from typing import Iterable, Iterator
 
 import ray
 from ray.exceptions import RayActorError
 
 from pkb_ray.config import SweepConfig
-from pkb_ray.gang import start_gang
+from pkb_ray.gang import GangHandle, bundle_devices, reserve, start_gang, stop_gang
+from pkb_ray.placement import plan_gangs
 from pkb_ray.schema import Result, Sample, Status
 
+log = logging.getLogger(__name__)
 
-def gang_count(cfg: SweepConfig) -> int:
-    gpus = int(ray.cluster_resources().get("GPU", 0))
-    n = gpus // cfg.hardware.world_size
-    if n < 1:
-        raise RuntimeError(f"the Ray cluster has {gpus} GPU(s); world size {cfg.hardware.world_size} needs more")
-    return n
+Task = tuple[Sample, int]  # a sample and the world size to evaluate it at
+MAX_FAILED_STARTS = 3  # consecutive gang start failures before the stage gives up (an evaluator bug)
+WAIT_LOG_S = 60.0
+
+
+def node_gpus() -> dict[str, int]:
+    """GPUs (logical ones on a CPU machine) of each live node of the Ray cluster."""
+    return {n["NodeID"]: int(n["Resources"].get("GPU", 0)) for n in ray.nodes() if n["Alive"]}
 
 
 class GangPool:
     def __init__(self, cfg: SweepConfig):
         self.cfg = cfg
-        self._next_index = 0
-        self.gangs = [self._new_gang() for _ in range(gang_count(cfg))]
+        self.gangs: list[GangHandle] = []
+        self._ids = itertools.count()
+        self.stats = Counter()  # gangs started, restarted, stopped
 
-    def _new_gang(self):
-        gang = start_gang(self.cfg, self._next_index)
-        self._next_index += 1
-        return gang
+    def _name(self, world_size: int) -> str:
+        return f"gang-w{world_size}-{next(self._ids)}"
 
-    def evaluate(self, samples: Iterable[Sample]) -> Iterator[Result]:
-        todo = list(samples)[::-1]
-        idle = list(self.gangs)
-        running: dict[ray.ObjectRef, tuple[object, Sample]] = {}
-        while todo or running:
-            while idle and todo:
-                gang, sample = idle.pop(), todo.pop()
-                running[gang.evaluate.remote(sample.model_dump(mode="json"))] = (gang, sample)
-            done, _ = ray.wait(list(running), num_returns=1)
-            gang, sample = running.pop(done[0])
-            try:
-                yield Result.model_validate(ray.get(done[0]))
-                idle.append(gang)
-            except RayActorError as exc:
-                yield Result.for_sample(sample, Status.CRASH, f"the gang evaluating this sample died: {exc}",
-                                        world_size=self.cfg.hardware.world_size, hardware=self.cfg.hardware.name)
-                self.gangs.remove(gang)
-                replacement = self._new_gang()
-                self.gangs.append(replacement)
-                idle.append(replacement)
+    def _free_gpus(self) -> dict[str, int]:
+        free = node_gpus()
+        for g in self.gangs:  # a group still being placed is charged to the emptiest node
+            node = g.node or max(free, key=free.get)
+            free[node] = free.get(node, 0) - g.world_size
+        return free
+
+    def evaluate(self, tasks: Iterable[Task]) -> Iterator[Result]:
+        queues: dict[int, deque[Sample]] = {}
+        for sample, w in tasks:
+            queues.setdefault(w, deque()).append(sample)
+        biggest = max(node_gpus().values(), default=0)
+        if any(w > biggest for w in queues):
+            raise RuntimeError(f"hardware.world_sizes: {sorted(w for w in queues if w > biggest)} need more GPUs "
+                               f"than any node of the Ray cluster has ({biggest})")
+        pending: dict[ray.ObjectRef, tuple[str, GangHandle, Sample | None]] = {}
+        idle: list[GangHandle] = []
+        failed_starts = 0
+
+        def grow() -> None:
+            if any(kind == "reserve" for kind, _, _ in pending.values()):
+                return  # wait until the groups asked for are placed: then the free GPUs are known
+            running = Counter(g.world_size for g in self.gangs)
+            for w, _ in plan_gangs(self._free_gpus(), {w: len(q) for w, q in queues.items()}, running):
+                handle = reserve(w, self._name(w))
+                self.gangs.append(handle)
+                pending[handle.pg.ready()] = ("reserve", handle, None)
+
+        def restart(handle: GangHandle) -> None:
+            stop_gang(handle, release=False)
+            start_gang(self.cfg, handle, self._name(handle.world_size))
+            pending[handle.actor.info.remote()] = ("start", handle, None)
+            self.stats["restarted"] += 1
+
+        grow()
+        while any(queues.values()) or any(kind == "eval" for kind, _, _ in pending.values()):
+            for g in list(idle):
+                if queues[g.world_size]:
+                    sample = queues[g.world_size].popleft()
+                    pending[g.actor.evaluate.remote(sample.model_dump(mode="json"))] = ("eval", g, sample)
+                    idle.remove(g)
+            done_with = [g for g in idle if not queues[g.world_size]]
+            for g in done_with:  # no work left for this world size: its GPUs can serve another
+                idle.remove(g)
+                self.gangs.remove(g)
+                stop_gang(g)
+                self.stats["stopped"] += 1
+            if done_with:
+                grow()
+            if not pending:
+                raise RuntimeError("work is queued but no gang is running or starting")
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_LOG_S)
+            if not done:
+                waiting = Counter(kind for kind, _, _ in pending.values())
+                log.info("gang pool: waiting on %s; queued %s", dict(waiting), {w: len(q) for w, q in queues.items()})
+                continue
+            kind, handle, sample = pending.pop(done[0])
+            if kind == "reserve":
+                bundle_devices(handle)
+                start_gang(self.cfg, handle)
+                pending[handle.actor.info.remote()] = ("start", handle, None)
+                self.stats["started"] += 1
+            elif kind == "start":
+                try:
+                    ray.get(done[0])
+                    failed_starts = 0
+                    idle.append(handle)
+                except RayActorError as exc:
+                    failed_starts += 1
+                    if failed_starts >= MAX_FAILED_STARTS:
+                        raise RuntimeError(f"gang {handle.name} failed to start {failed_starts} times: {exc}") from exc
+                    restart(handle)
+            else:
+                try:
+                    yield Result.model_validate(ray.get(done[0]))
+                    idle.append(handle)
+                except RayActorError as exc:
+                    yield Result.for_sample(sample, Status.CRASH, f"the gang evaluating this sample died: {exc}",
+                                            world_size=handle.world_size, hardware=self.cfg.hardware.name,
+                                            device_backend=self.cfg.hardware.backend, gang=handle.name)
+                    restart(handle)
 
     def shutdown(self) -> None:
-        for gang in self.gangs:
-            try:
-                ray.get(gang.shutdown.remote(), timeout=30)
-            except Exception:  # noqa: BLE001 - best effort; the actor is killed next anyway
-                pass
-            ray.kill(gang)
+        for g in self.gangs:
+            stop_gang(g)
+        self.gangs.clear()

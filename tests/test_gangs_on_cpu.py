@@ -1,0 +1,111 @@
+"""Gangs on a local Ray cluster with logical GPUs and gloo ranks: the pool, recovery, leaks.
+
+One Ray instance for the module (6 logical GPUs), so gangs of W=2 and W=4 fit side by side.
+"""
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import ray
+
+from conftest import HOSTILE, REPO, rank_processes
+from pkb_ray.config import SweepConfig
+from pkb_ray.gang import NOSET_CUDA
+from pkb_ray.stages.evaluate import GangPool
+from pkb_ray.schema import Sample, Status
+
+GPUS = 6
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    os.environ[NOSET_CUDA] = "1"
+    ray.init(num_cpus=4, num_gpus=GPUS, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def config(tmp_path: Path, world_sizes: list[int], timeout_s: float = 8.0) -> SweepConfig:
+    return SweepConfig.model_validate({
+        "eval": {"trials": 2, "timing_sets": 2, "warmup": 2, "rounds": 5, "timeout_s": timeout_s, "prewarm": True},
+        "hardware": {"world_sizes": world_sizes, "gpus_per_node": GPUS},
+        "cache_dir": str(tmp_path / "cache"),
+    })
+
+
+def sample(path: Path, index: int, problem: str = "all_reduce") -> Sample:
+    return Sample(problem_id=problem, model="test", sample_index=index, source=path.read_text())
+
+
+def gang_actors() -> list[str]:
+    return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("gang-")]
+
+
+COPY = REPO / "samples/replay/all_reduce/00_reference_copy.py"
+
+
+def test_gangs_of_two_world_sizes_work_side_by_side_and_survive_hostile_samples(cluster, tmp_path):
+    tasks = [(sample(COPY, 0), 2), (sample(REPO / "samples/replay/all_reduce/05_hangs_on_rank1.py", 1), 2),
+             (sample(HOSTILE / "segfaults.py", 2), 2), (sample(COPY, 3), 2),
+             (sample(COPY, 10), 4), (sample(COPY, 11), 4)]
+    pool = GangPool(config(tmp_path, [2, 4]))
+    try:
+        results = {(r.sample_index, r.world_size): r for r in pool.evaluate(tasks)}
+    finally:
+        pool.shutdown()
+    status = {k: r.status for k, r in results.items()}
+    assert status == {(0, 2): Status.CORRECT, (1, 2): Status.TIMEOUT, (2, 2): Status.CRASH, (3, 2): Status.CORRECT,
+                      (10, 4): Status.CORRECT, (11, 4): Status.CORRECT}, {k: r.message[:200] for k, r in results.items()}
+    assert "rank 0 killed by SIGSEGV" in results[(2, 2)].message
+    # the W=2 gang served the sample after the hang and the crash: no restart was needed
+    assert results[(3, 2)].gang == results[(0, 2)].gang and pool.stats["restarted"] == 0
+    # 6 GPUs: one W=4 gang and one W=2 gang at once, and their samples overlapped in time
+    w2 = [r for r in results.values() if r.world_size == 2]
+    w4 = [r for r in results.values() if r.world_size == 4]
+    assert all(r.gang.startswith("gang-w4-") for r in w4) and all(r.gang.startswith("gang-w2-") for r in w2)
+    assert min(r.finished_at for r in w4) > min(r.started_at for r in w2)
+    assert min(r.finished_at for r in w2) > min(r.started_at for r in w4)
+    # nothing left behind: no gang actor, no rank process (prewarmed ones included)
+    assert gang_actors() == []
+    assert rank_processes(tmp_path / "cache") == []
+
+
+def test_a_killed_gang_gives_its_sample_a_crash_and_is_restarted(cluster, tmp_path):
+    # 6 GPUs and W=4: exactly one gang, so the samples after the kill must go to its replacement
+    hang = sample(HOSTILE / "signals_then_hangs.py", 0)
+    tasks = [(hang, 4), (sample(COPY, 1), 4), (sample(COPY, 2), 4)]
+    cfg = config(tmp_path, [4], timeout_s=60.0)
+    killed = []
+
+    def kill_when_hanging():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed:
+            for marker in (cfg.cache_path / "work").glob("gang-*/sample-*/hanging"):
+                name = marker.parent.parent.name
+                killed.append((name, rank_processes(marker.parent)))
+                ray.kill(ray.get_actor(name))
+                return
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_when_hanging, daemon=True)
+    killer.start()
+    pool = GangPool(cfg)
+    try:
+        results = {r.sample_index: r for r in pool.evaluate(tasks)}
+    finally:
+        pool.shutdown()
+    killer.join(timeout=5)
+    assert killed, "the hanging sample never started"
+    victim, victim_ranks = killed[0]
+    assert len(victim_ranks) == 4
+    assert results[0].status == Status.CRASH and "died" in results[0].message and results[0].gang == victim
+    assert [results[i].status for i in (1, 2)] == [Status.CORRECT, Status.CORRECT]
+    assert results[1].gang != victim and pool.stats["restarted"] == 1
+    deadline = time.monotonic() + 10  # the ranks die with their gang (PR_SET_PDEATHSIG)
+    while any(Path(f"/proc/{p}").exists() for p in victim_ranks) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert rank_processes(tmp_path / "cache") == []
+    assert gang_actors() == []
