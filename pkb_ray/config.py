@@ -45,7 +45,7 @@ class EvalConfig(_Strict):
     size: str = Field("small", description="size preset of every problem (small, default, large)")
     dtype: str | None = Field(None, description="None: each problem's first dtype")
     seed: int = Field(0, ge=0)
-    prewarm: bool = Field(True, description="start the next sample's rank processes while one runs")
+    prewarm: int = Field(1, ge=0, le=8, description="rank sets started ahead while samples run (0: none)")
 
 
 class HardwareConfig(_Strict):

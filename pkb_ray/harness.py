@@ -4,7 +4,7 @@ Order of events for one sample (all limits from :class:`pkb_ray.config.EvalConfi
 
 1. Reference outputs for (problem, W, dtype, size, seeds, device) come from
    :class:`ReferenceCache`: computed once by rank processes that never import a candidate.
-2. A rank set (prewarmed while the previous sample ran, when ``prewarm``) imports the candidate
+2. A rank set (started while earlier samples ran, ``prewarm`` of them ahead) imports the candidate
    and runs the trials; each rank saves outputs and post-call inputs; we compare them here.
 3. Only if every trial on every rank is right: timing (see :mod:`pkb_ray.timing`), which also
    checks every timed output.
@@ -25,6 +25,7 @@ import signal
 import tempfile
 import threading
 import time
+from collections import deque
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -143,7 +144,7 @@ class Harness:
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.references = ReferenceCache(cache_dir, self._spawn)
-        self._next: RankSet | None = None
+        self._ahead: deque[RankSet] = deque()  # started, oldest first
         self._reapers: list[threading.Thread] = []
         self.versions = {"torch": torch.__version__, "python": platform.python_version(),
                          "backend": hardware.backend}
@@ -157,14 +158,20 @@ class Harness:
                        multicast=self.hardware.nvlink_multicast)
 
     def _take_ranks(self) -> RankSet:
-        ranks = self._next or self._spawn(Path(tempfile.mkdtemp(prefix="sample-", dir=self.work_dir)))
-        self._next = None
+        return self._ahead.popleft() if self._ahead else self._new_ranks()
+
+    def _new_ranks(self) -> RankSet:
+        return self._spawn(Path(tempfile.mkdtemp(prefix="sample-", dir=self.work_dir)))
         return ranks
 
     def prewarm(self) -> None:
-        """Start the next sample's rank processes now (when ``prewarm``), so they are ready when it comes."""
-        if self.cfg.prewarm and self._next is None:
-            self._next = self._spawn(Path(tempfile.mkdtemp(prefix="sample-", dir=self.work_dir)))
+        """Keep ``prewarm`` rank sets starting ahead, so the next samples find theirs ready.
+
+        One is not always enough: a set takes ~2-3 s to start on GPU (torch import, CUDA context,
+        NCCL communicator), longer than a quick sample takes to evaluate.
+        """
+        while len(self._ahead) < self.cfg.prewarm:
+            self._ahead.append(self._new_ranks())
 
     def _retire(self, ranks: RankSet) -> None:
         """Kill a used rank set now; reap it and delete its folder in the background."""
@@ -180,10 +187,9 @@ class Harness:
         self._reapers.append(thread)
 
     def close(self) -> None:
-        """Kill the prewarmed rank set and wait until every rank process is gone."""
-        if self._next is not None:
-            self._retire(self._next)
-            self._next = None
+        """Kill the prewarmed rank sets and wait until every rank process is gone."""
+        while self._ahead:
+            self._retire(self._ahead.popleft())
         for thread in self._reapers:
             thread.join(timeout=60)
         self._reapers.clear()

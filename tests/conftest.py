@@ -26,7 +26,7 @@ def make_harness(problems, cache_dir, tmp_path):
     made = []
 
     def make(world_size: int = 2, **eval_overrides) -> Harness:
-        settings = dict(trials=2, timing_sets=2, warmup=2, rounds=10, timeout_s=20, prewarm=False)
+        settings = dict(trials=2, timing_sets=2, warmup=2, rounds=10, max_round_calls=1, timeout_s=20, prewarm=0)
         settings.update(eval_overrides)
         h = Harness(["cpu"] * world_size, EvalConfig(**settings),
                     HardwareConfig(world_sizes=[world_size], gpus_per_node=world_size), problems,

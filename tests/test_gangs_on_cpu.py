@@ -30,7 +30,7 @@ def cluster():
 
 def config(tmp_path: Path, world_sizes: list[int], timeout_s: float = 8.0) -> SweepConfig:
     return SweepConfig.model_validate({
-        "eval": {"trials": 2, "timing_sets": 2, "warmup": 2, "rounds": 5, "timeout_s": timeout_s, "prewarm": True},
+        "eval": {"trials": 2, "timing_sets": 2, "warmup": 2, "rounds": 5, "timeout_s": timeout_s, "prewarm": 1},
         "hardware": {"world_sizes": world_sizes, "gpus_per_node": GPUS},
         "cache_dir": str(tmp_path / "cache"),
     })

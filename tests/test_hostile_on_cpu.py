@@ -74,7 +74,7 @@ def test_hang_is_killed_with_the_children_it_spawned(make_harness, tmp_path, mon
 
 
 def test_next_sample_after_a_hang_is_evaluated_normally(make_harness, problems):
-    h = make_harness(2, timeout_s=4, prewarm=True)
+    h = make_harness(2, timeout_s=4, prewarm=1)
     assert h.evaluate(_sample("hangs_while_timed.py")).status == Status.TIMEOUT
     ok = h.evaluate(Sample(problem_id="all_reduce", model="m", sample_index=1, source=problems["all_reduce"].source()))
     assert ok.status == Status.CORRECT, ok.message
