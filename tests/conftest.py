@@ -1,4 +1,5 @@
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,12 @@ def rank_processes(under: Path) -> list[int]:
         if "pkb_ray.runner.rank" in cmdline and str(under) in cmdline and pid_alive(int(entry.name)):
             found.append(int(entry.name))
     return found
+
+
+def rank_processes_left(under: Path, within_s: float = 10.0) -> list[int]:
+    """Rank processes under ``under`` still alive after up to ``within_s`` (rank sets are SIGKILLed
+    at once but reaped in the background)."""
+    deadline = time.monotonic() + within_s
+    while (left := rank_processes(under)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left

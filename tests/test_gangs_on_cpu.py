@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from conftest import HOSTILE, REPO, rank_processes
+from conftest import HOSTILE, REPO, rank_processes, rank_processes_left
 from pkb_ray.config import SweepConfig
 from pkb_ray.gang import NOSET_CUDA
 from pkb_ray.stages.evaluate import GangPool
@@ -70,7 +70,7 @@ def test_gangs_of_two_world_sizes_work_side_by_side_and_survive_hostile_samples(
     assert min(r.finished_at for r in w2) > min(r.started_at for r in w4)
     # nothing left behind: no gang actor, no rank process (prewarmed ones included)
     assert gang_actors() == []
-    assert rank_processes(tmp_path / "cache") == []
+    assert rank_processes_left(tmp_path / "cache") == []
 
 
 def test_a_killed_gang_gives_its_sample_a_crash_and_is_restarted(cluster, tmp_path):
@@ -104,8 +104,5 @@ def test_a_killed_gang_gives_its_sample_a_crash_and_is_restarted(cluster, tmp_pa
     assert results[0].status == Status.CRASH and "died" in results[0].message and results[0].gang == victim
     assert [results[i].status for i in (1, 2)] == [Status.CORRECT, Status.CORRECT]
     assert results[1].gang != victim and pool.stats["restarted"] == 1
-    deadline = time.monotonic() + 10  # the ranks die with their gang (PR_SET_PDEATHSIG)
-    while any(Path(f"/proc/{p}").exists() for p in victim_ranks) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert rank_processes(tmp_path / "cache") == []
+    assert rank_processes_left(tmp_path / "cache") == []  # the victim's ranks died with it (PR_SET_PDEATHSIG)
     assert gang_actors() == []

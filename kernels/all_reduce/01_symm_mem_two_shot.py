@@ -28,7 +28,12 @@ _DTYPES = (torch.float32, torch.bfloat16)
 _buffers: dict = {}
 
 
+_group: list[str] = []  # the WORLD group's name, looked up once: this path is host-bound at small sizes
+
+
 def _group_name() -> str:
+    if _group:
+        return _group[0]
     group = dist.group.WORLD
     # torch < 2.11 resolves the group's store only through enable_symm_mem_for_group (it must be
     # called before rendezvous); 2.11 looks the store up itself and deprecates the call
@@ -40,6 +45,7 @@ def _group_name() -> str:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)
                 enable(group.group_name)  # idempotent
+    _group.append(group.group_name)
     return group.group_name
 
 
@@ -54,6 +60,9 @@ def _buffer(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tenso
         symm_mem.rendezvous(buf, _group_name())
         _buffers[key] = buf
     return buf
+
+
+_two_shot = torch.ops.symm_mem.two_shot_all_reduce_
 
 
 def _fallback(x: torch.Tensor) -> torch.Tensor:
@@ -71,8 +80,7 @@ def solution(x: torch.Tensor) -> torch.Tensor:
     buf = _buffer(x.numel(), x.dtype, x.device)
     # The previous call's kernel ends with a barrier after every peer's last store into our
     # buffer, and this copy is stream-ordered after the previous call's clone: overwriting is safe.
-    buf.copy_(x.contiguous().view(-1))
-    group_name = dist.group.WORLD.group_name
-    torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", group_name)
+    buf.copy_(x.view(-1) if x.is_contiguous() else x.reshape(-1))
+    _two_shot(buf, "sum", _group_name())
     # A fresh tensor each call: the buffer is rewritten by the next call, outputs must not alias it.
     return buf.clone().view(x.shape)

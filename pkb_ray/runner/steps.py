@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import sys
 import time
@@ -119,6 +120,16 @@ class RankSession:
         mismatches: list[dict[str, Any]] = []
         counts = {"ref": 0, "cand": 0}
         self._phase("timing")
+        gc.collect()
+        gc.disable()  # a collection inside a round would be charged to whichever side triggered it
+        try:
+            self._rounds(cmd, fns, sets, expected, seeds, tol, k, times, mismatches, counts)
+        finally:
+            gc.enable()
+        return {"status": "ok", "ref_us": times["ref"], "cand_us": times["cand"], "calls_per_round": k,
+                "timed_seconds": time.monotonic() - t_start, "mismatches": mismatches, "mismatch_counts": counts}
+
+    def _rounds(self, cmd, fns, sets, expected, seeds, tol, k, times, mismatches, counts) -> None:
         for i in range(cmd["rounds"]):
             for side in round_order(i):
                 first = i * k  # each round starts one step further through the input sets
@@ -133,8 +144,6 @@ class RankSession:
                             mismatches.append({"side": side, "iter": i, "seed": seeds[j], "message": str(found),
                                                "max_abs_error": found.max_abs_error})
                 del outs
-        return {"status": "ok", "ref_us": times["ref"], "cand_us": times["cand"], "calls_per_round": k,
-                "timed_seconds": time.monotonic() - t_start, "mismatches": mismatches, "mismatch_counts": counts}
 
     def _region(self, fn, sets, k: int, first: int, side: str, what: str) -> tuple[list[Any], float]:
         """One timed region of k calls (see :mod:`pkb_ray.timing`), ranks aligned by a barrier first."""
