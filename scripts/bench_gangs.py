@@ -15,7 +15,7 @@ recovery  copies, then each hostile sample followed by a copy. Recovery = from t
           harness saw the failure (the hostile sample's result time minus its clean-up) to the
           next copy's result, minus the median gap between two copies. Then the pool is shut
           down and rank processes and GPU memory are compared with what was there before.
-spread    speedups of reference copies at each ``--sizes`` preset (``--reps`` each).
+spread    speedups of reference copies at each ``--sizes`` preset and ``--prewarm`` depth (``--reps`` each).
 kernels   kernels/ at each ``--sizes`` preset: speedup over the reference.
 """
 
@@ -206,18 +206,20 @@ def phase_recovery(args) -> dict:
 def phase_spread(args) -> dict:
     out = {}
     for size in args.sizes:
-        samples = [s.model_copy(update={"sample_index": s.sample_index + 1000 * rep}) for rep in range(args.reps)
-                   for s in copies()]
-        got = [r for _, r in run_pool(config(args, size=size), samples)]
-        sp = [r.speedup for r in got if r.speedup]
-        out[size] = {"n": len(sp), "min": min(sp), "median": statistics.median(sp), "max": max(sp),
-                     "stdev": statistics.pstdev(sp), "within_3pct": sum(abs(s - 1) <= 0.03 for s in sp),
-                     "per_problem": {r.problem_id: [round(x.speedup, 3) for x in got if x.problem_id == r.problem_id]
-                                     for r in got},
-                     "ref_us": {r.problem_id: round(r.ref_time_us, 2) for r in got},
-                     "calls_per_round": {r.problem_id: r.calls_per_round for r in got},
-                     "statuses": sorted({r.status.value for r in got})}
-        print(f"spread {size}: {json.dumps({k: v for k, v in out[size].items() if k != 'per_problem'})}")
+        for prewarm in args.prewarm:
+            samples = [s.model_copy(update={"sample_index": s.sample_index + 1000 * rep}) for rep in range(args.reps)
+                       for s in copies()]
+            got = [r for _, r in run_pool(config(args, size=size, prewarm=prewarm), samples)]
+            sp = [r.speedup for r in got if r.speedup]
+            key = f"{size} prewarm={prewarm}"
+            out[key] = {"n": len(sp), "min": min(sp), "median": statistics.median(sp), "max": max(sp),
+                        "stdev": statistics.pstdev(sp), "within_3pct": sum(abs(s - 1) <= 0.03 for s in sp),
+                        "per_problem": {r.problem_id: [round(x.speedup, 3) for x in got if x.problem_id == r.problem_id]
+                                        for r in got},
+                        "ref_us": {r.problem_id: round(r.ref_time_us, 2) for r in got},
+                        "calls_per_round": {r.problem_id: r.calls_per_round for r in got},
+                        "statuses": sorted({r.status.value for r in got})}
+            print(f"spread {key}: {json.dumps({k: v for k, v in out[key].items() if k != 'per_problem'})}")
     return out
 
 
