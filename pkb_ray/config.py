@@ -46,6 +46,8 @@ class EvalConfig(_Strict):
     dtype: str | None = Field(None, description="None: each problem's first dtype")
     seed: int = Field(0, ge=0)
     prewarm: int = Field(1, ge=0, le=8, description="rank sets started ahead while samples run (0: none)")
+    quiet_timing: bool = Field(True, description="never start a rank set while a sample is timed; prewarmed sets "
+                                                 "then start in batches (see Harness.prewarm)")
 
 
 class HardwareConfig(_Strict):

@@ -18,7 +18,7 @@ def composed(*overrides: str):
 def test_default_composes_and_validates():
     cfg = validate_config(composed())
     assert cfg.model.name == "replay" and cfg.hardware.backend == "gloo"
-    assert cfg.eval.rounds == 30 and cfg.wandb.mode == "offline"
+    assert cfg.eval.rounds == 200 and cfg.wandb.mode == "offline"
 
 
 def test_group_choice_and_key_overrides():

@@ -60,8 +60,9 @@ def test_gangs_of_two_world_sizes_work_side_by_side_and_survive_hostile_samples(
     assert status == {(0, 2): Status.CORRECT, (1, 2): Status.TIMEOUT, (2, 2): Status.CRASH, (3, 2): Status.CORRECT,
                       (10, 4): Status.CORRECT, (11, 4): Status.CORRECT}, {k: r.message[:200] for k, r in results.items()}
     assert "rank 0 killed by SIGSEGV" in results[(2, 2)].message
-    # the W=2 gang served the sample after the hang and the crash: no restart was needed
-    assert results[(3, 2)].gang == results[(0, 2)].gang and pool.stats["restarted"] == 0
+    # the hang and the crash cost no gang its actor (the W=2 work may also have moved to a gang
+    # started on the W=4 gang's GPUs once W=4 ran dry: that is the pool rebalancing)
+    assert pool.stats["restarted"] == 0
     # 6 GPUs: one W=4 gang and one W=2 gang at once, and their samples overlapped in time
     w2 = [r for r in results.values() if r.world_size == 2]
     w4 = [r for r in results.values() if r.world_size == 4]

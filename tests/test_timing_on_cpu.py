@@ -7,6 +7,7 @@ barrier or always running it first, shifts it further), and the median of three 
 """
 
 import statistics
+import time
 
 import pytest
 
@@ -61,3 +62,27 @@ def test_timed_results_report_their_rounds(make_harness, problems):
     assert r.status == Status.CORRECT, r.message
     assert r.calls_per_round >= 1 and 0 < r.timed_seconds < r.eval_seconds
     assert len(r.ref_median_us) == 2 and all(t > 0 for t in r.cand_median_us)
+
+
+def _settles_at(work_dir, n: int, within_s: float = 15.0) -> bool:
+    """Rank processes under work_dir reach n (used sets are reaped in the background)."""
+    from conftest import rank_processes
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if len(rank_processes(work_dir)) == n:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("quiet, ahead", [(True, [2, 1, 0, 2]), (False, [2, 2, 2, 2])])
+def test_prewarmed_sets_start_in_batches_when_timing_is_quiet(make_harness, problems, quiet, ahead):
+    # prewarm=2, W=2: rank sets left started after each sample. Quiet timing starts a batch of
+    # three with the first sample and none until they are used up (none starts during a timing);
+    # otherwise a set starts whenever one is taken.
+    h = make_harness(2, prewarm=2, quiet_timing=quiet, rounds=5)
+    sample = Sample(problem_id="broadcast", model="m", sample_index=0, source=problems["broadcast"].source())
+    for sets_left in ahead:
+        assert h.evaluate(sample).status == Status.CORRECT
+        assert _settles_at(h.work_dir, 2 * sets_left)
