@@ -107,3 +107,15 @@ def test_a_killed_gang_gives_its_sample_a_crash_and_is_restarted(cluster, tmp_pa
     assert results[1].gang != victim and pool.stats["restarted"] == 1
     assert rank_processes_left(tmp_path / "cache") == []  # the victim's ranks died with it (PR_SET_PDEATHSIG)
     assert gang_actors() == []
+
+
+def test_rank_environment_fails_fast_and_can_force_multicast_off(monkeypatch):
+    from pkb_ray.ranks import MULTICAST_OFF, child_env
+
+    monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
+    env = child_env(collective_timeout_s=45)
+    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1" and env["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"] == "45"
+    assert "NCCL_NVLS_ENABLE" not in env  # left to the environment...
+    assert all(child_env(multicast=False)[k] == v for k, v in MULTICAST_OFF.items())  # ...or forced off
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")
+    assert child_env(multicast=True)["NCCL_NVLS_ENABLE"] == "0"  # never switched on by us
