@@ -42,6 +42,8 @@ class EvalConfig(_Strict):
     max_round_calls: int = Field(200, ge=1, description="at most this many calls in one round")
     timeout_s: float = Field(60.0, gt=0, description="limit for each step of a sample (trials, timing)")
     startup_timeout_s: float = Field(120.0, gt=0, description="limit for rank processes to join their group")
+    compile_timeout_s: float = Field(300.0, gt=0, description="limit for nvcc on one CUDA source")
+    compile_workers: int | None = Field(None, ge=1, description="CPU compiler actors; None: one per CPU, at most 16")
     size: str = Field("small", description="size preset of every problem (small, default, large)")
     dtype: str | None = Field(None, description="None: each problem's first dtype")
     seed: int = Field(0, ge=0)

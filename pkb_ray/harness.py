@@ -33,6 +33,7 @@ import torch
 
 from pkb_ray.config import EvalConfig, HardwareConfig
 from pkb_ray.correctness import compare
+from pkb_ray.cuda import DEFAULT_ARCH, ENV_ARCH, ENV_CACHE, ENV_TIMEOUT
 from pkb_ray.problem import DTYPES, Problem, solution_time_lower_bound
 from pkb_ray.ranks import RankSet, StepOutcome
 from pkb_ray.runner.protocol import tensor_file
@@ -146,6 +147,9 @@ class Harness:
         self.references = ReferenceCache(cache_dir, self._spawn)
         self._ahead: deque[RankSet] = deque()  # started, oldest first
         self._reapers: list[threading.Thread] = []
+        # where load_cuda in a rank finds what the compile stage built (pkb_ray.cuda)
+        self._cuda_env = {ENV_ARCH: hardware.arch or DEFAULT_ARCH, ENV_CACHE: str(Path(cache_dir) / "cuda"),
+                          ENV_TIMEOUT: str(eval_cfg.compile_timeout_s)}
         self.versions = {"torch": torch.__version__, "python": platform.python_version(),
                          "backend": hardware.backend}
 
@@ -155,7 +159,7 @@ class Harness:
         # so a hang is reported as a timeout, not as the crash NCCL's watchdog would make of it
         return RankSet(self.devices, backend=self.hardware.backend, job_dir=job_dir,
                        pg_timeout_s=self.cfg.timeout_s + 15.0, num_threads=threads,
-                       multicast=self.hardware.nvlink_multicast)
+                       multicast=self.hardware.nvlink_multicast, env=self._cuda_env)
 
     def _take_ranks(self) -> RankSet:
         if not self._ahead:  # quiet timing: the next batch starts together with this sample's set

@@ -1,8 +1,8 @@
 """Wiring of the stages for one run: rows -> validate -> compile -> evaluate -> results.
 
 Each row is evaluated at every world size of ``hardware.world_sizes`` that its problem supports.
-Validation and compilation of Python sources are cheap and run in the driver; evaluation runs on
-the gang pool through Ray. Results are handed to ``sink`` as they arrive and flushed to Parquet
+Validation and Python's compile check are cheap and run in the driver; CUDA sources are built by
+nvcc on CPU-only compiler actors; evaluation runs on the gang pool. Results are handed to ``sink`` as they arrive and flushed to Parquet
 every ``flush_every`` rows, so a run that dies keeps what it finished.
 """
 
@@ -13,11 +13,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import ray
+
 from pkb_ray.config import SweepConfig
 from pkb_ray.problem import Problem
 from pkb_ray.samples import write_results
 from pkb_ray.schema import Result, Sample
-from pkb_ray.stages.compile import compile_sample
+from pkb_ray.stages.compile import (BuildSettings, CompilePool, apply_build, build_settings, build_sources,
+                                    compile_sample, uses_cuda)
 from pkb_ray.stages.evaluate import GangPool
 from pkb_ray.stages.validate import validate
 
@@ -47,6 +50,40 @@ def prepare(row: dict[str, Any], problems: dict[str, Problem], world_size: int) 
     return out
 
 
+def prepare_here(row: dict[str, Any], problems: dict[str, Problem], world_size: int,
+                 settings: BuildSettings) -> Sample | Result:
+    """:func:`prepare`, then any CUDA builds in this process (for scripts that run without Ray)."""
+    out = prepare(row, problems, world_size)
+    if isinstance(out, Sample) and uses_cuda(out):
+        out = apply_build(out, build_sources(out.source, settings), world_size, problems[out.problem_id].meta.category)
+    return out
+
+
+def build_cuda(tasks: list[tuple[Sample, int]], cfg: SweepConfig, problems: dict[str, Problem],
+               emit: Callable[[Result], None]) -> list[tuple[Sample, int]]:
+    """Build the CUDA sources of the tasks that have any on CPU actors; emit their compile errors."""
+    cuda = [s.source for s, _ in tasks if uses_cuda(s)]
+    if not cuda:
+        return tasks
+    settings = build_settings(cfg.hardware.arch, cfg.cache_path, cfg.eval.compile_timeout_s)
+    workers = cfg.eval.compile_workers or min(16, max(1, int(ray.cluster_resources().get("CPU", 1))))
+    pool = CompilePool(settings, min(workers, len(set(cuda))))
+    try:
+        outcomes = pool.build_all(cuda)
+    finally:
+        pool.shutdown()
+    log.info("compile: %s", dict(pool.stats))
+    kept = []
+    for sample, world in tasks:
+        if sample.source in outcomes:
+            sample = apply_build(sample, outcomes[sample.source], world, problems[sample.problem_id].meta.category)
+        if isinstance(sample, Result):
+            emit(sample.model_copy(update={"hardware": cfg.hardware.name, "device_backend": cfg.hardware.backend}))
+        else:
+            kept.append((sample, world))
+    return kept
+
+
 def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str, Problem], results_dir: Path,
                  flush_every: int = 16, on_result: Callable[[Result], None] | None = None) -> list[Result]:
     results: list[Result] = []
@@ -69,6 +106,7 @@ def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[st
                 ready.append((out, world))
             else:  # settled before any rank ran: still say where it would have run
                 emit(out.model_copy(update={"hardware": cfg.hardware.name, "device_backend": cfg.hardware.backend}))
+    ready = build_cuda(ready, cfg, problems, emit)
     pool = GangPool(cfg)
     t0 = time.monotonic()
     try:

@@ -38,9 +38,10 @@ sys.path.insert(0, str(REPO))
 
 from pkb_ray.config import SweepConfig  # noqa: E402
 from pkb_ray.gang import NOSET_CUDA  # noqa: E402
-from pkb_ray.pipeline import prepare  # noqa: E402
+from pkb_ray.pipeline import prepare_here  # noqa: E402
 from pkb_ray.problem import load_problems  # noqa: E402
-from pkb_ray.samples import read_samples  # noqa: E402
+from pkb_ray.samples import read_samples
+from pkb_ray.stages.compile import build_settings  # noqa: E402
 from pkb_ray.schema import Result, Sample  # noqa: E402
 from pkb_ray.stages.evaluate import GangPool  # noqa: E402
 
@@ -84,6 +85,7 @@ def copies() -> list[Sample]:
 
 def phase_statuses(args) -> dict:
     problems = load_problems()
+    settings = build_settings("sm_90a", config(args).cache_path, 300)
     rows = read_samples(REPO / "samples/replay") + read_samples(REPO / "kernels", model="kernels")
     if args.device == "cuda":
         rows += [{"problem_id": "all_reduce", "model": "hostile", "sample_index": 100 + i, "source": p.read_text(),
@@ -93,7 +95,7 @@ def phase_statuses(args) -> dict:
     for row in rows:
         key = (row["model"], row["problem_id"], row["sample_index"])
         expected[key] = (row["metadata"]["file"], row["metadata"].get("expect", "correct"))
-        out = prepare(row, problems, args.world_size)
+        out = prepare_here(row, problems, args.world_size, settings)
         if isinstance(out, Sample):
             ready.append(out)
         else:
@@ -225,10 +227,11 @@ def phase_spread(args) -> dict:
 
 def phase_kernels(args) -> dict:
     problems = load_problems()
+    settings = build_settings("sm_90a", config(args).cache_path, 300)
     rows = read_samples(REPO / "kernels", model="kernels")
     out = {}
     for size in args.sizes:
-        ready = [prepare(r, problems, args.world_size) for r in rows]
+        ready = [prepare_here(r, problems, args.world_size, settings) for r in rows]
         got = [r for _, r in run_pool(config(args, size=size), [s for s in ready if isinstance(s, Sample)])]
         out[size] = [{"problem": r.problem_id, "sample": r.sample_index, "status": r.status.value,
                       "speedup": r.speedup, "ref_us": r.ref_time_us, "cand_us": r.cand_time_us,

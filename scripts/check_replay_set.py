@@ -19,9 +19,10 @@ from pathlib import Path
 
 from pkb_ray.config import EvalConfig, HardwareConfig
 from pkb_ray.harness import Harness
-from pkb_ray.pipeline import prepare
+from pkb_ray.pipeline import prepare_here
 from pkb_ray.problem import load_problems
 from pkb_ray.samples import read_samples
+from pkb_ray.stages.compile import build_settings
 from pkb_ray.schema import Sample
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,7 +48,7 @@ def main() -> int:
                     hw, problems, work_dir=Path(tmp) / "work", cache_dir=Path(tmp) / "cache")
         for row in read_samples(REPO / "samples/replay"):
             t0 = time.monotonic()
-            out = prepare(row, problems, w)
+            out = prepare_here(row, problems, w, build_settings(hw.arch, Path(tmp) / "cache", 300))
             out = h.evaluate(out) if isinstance(out, Sample) else out
             expect = row["metadata"]["expect"]
             bad += out.status.value != expect

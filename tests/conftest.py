@@ -26,12 +26,12 @@ def cache_dir(tmp_path_factory):
 def make_harness(problems, cache_dir, tmp_path):
     made = []
 
-    def make(world_size: int = 2, **eval_overrides) -> Harness:
+    def make(world_size: int = 2, cache: Path | None = None, **eval_overrides) -> Harness:
         settings = dict(trials=2, timing_sets=2, warmup=2, rounds=10, max_round_calls=1, timeout_s=20, prewarm=0)
         settings.update(eval_overrides)
         h = Harness(["cpu"] * world_size, EvalConfig(**settings),
                     HardwareConfig(world_sizes=[world_size], gpus_per_node=world_size), problems,
-                    work_dir=tmp_path / f"work{len(made)}", cache_dir=cache_dir)
+                    work_dir=tmp_path / f"work{len(made)}", cache_dir=cache or cache_dir)
         made.append(h)
         return h
 

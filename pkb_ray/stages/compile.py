@@ -1,16 +1,36 @@
-"""Compiling a sample's source before any GPU time is spent on it.
+"""Compiling a sample before any GPU time is spent on it.
 
-For Python-module backends this is Python's own compiler: a ``SyntaxError`` becomes a
-``compile_error`` with the line and the compiler's message. (CUDA extension builds join this
-stage with the CUDA backend.)
+Every sample goes through Python's compiler (a ``SyntaxError`` becomes a ``compile_error`` with
+the line and the compiler's message). A sample that loads inline CUDA (``load_cuda``, see
+:mod:`pkb_ray.cuda`) also has each of its CUDA sources built by nvcc for the target
+architecture, on a pool of CPU-only Ray actors, in parallel; a source shared by several samples
+is built once, and a build already in the cache is not built again. nvcc's errors become the
+sample's ``compile_error`` message.
 """
 
 from __future__ import annotations
 
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from pkb_ray.cuda import DEFAULT_ARCH, BuildSpec, CudaBuildError, build, find_sources
 from pkb_ray.schema import Result, Sample, Status
 
 
+@dataclass(frozen=True)
+class BuildSettings:
+    arch: str
+    cache_dir: Path
+    timeout_s: float
+
+
 def compile_sample(sample: Sample, world_size: int, category: str = "") -> Sample | Result:
+    """Python's compiler on the source: the sample itself, or its ``compile_error``."""
     try:
         compile(sample.source, "candidate.py", "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:
@@ -19,3 +39,70 @@ def compile_sample(sample: Sample, world_size: int, category: str = "") -> Sampl
         return Result.for_sample(sample, Status.COMPILE_ERROR, f"{where}{type(exc).__name__}: {exc.msg if isinstance(exc, SyntaxError) else exc}{text}",
                                  world_size=world_size, category=category)
     return sample
+
+
+def uses_cuda(sample: Sample) -> bool:
+    return "load_cuda" in sample.source
+
+
+def build_sources(module_source: str, settings: BuildSettings) -> dict[str, Any]:
+    """Build every CUDA source of one module: {"keys", "seconds", "hits"} or {"error"}."""
+    t0, keys, hits = time.monotonic(), [], 0
+    for source, flags in find_sources(module_source):
+        spec = BuildSpec(source, settings.arch, flags)
+        hits += (settings.cache_dir / spec.key() / "lib.so").exists()
+        try:
+            build(spec, settings.cache_dir, settings.timeout_s)
+        except CudaBuildError as exc:
+            return {"error": f"CUDA source {len(keys) + 1}: {exc}", "seconds": time.monotonic() - t0}
+        keys.append(spec.key())
+    return {"keys": keys, "hits": hits, "seconds": time.monotonic() - t0}
+
+
+class Compiler:
+    """A CPU-only actor (no GPU visible) that builds CUDA sources into the shared cache."""
+
+    def __init__(self, settings: BuildSettings):
+        self.settings = settings
+
+    def build(self, module_source: str) -> dict[str, Any]:
+        return build_sources(module_source, self.settings)
+
+
+class CompilePool:
+    """``workers`` compiler actors; :meth:`build_all` builds each distinct module source once."""
+
+    def __init__(self, settings: BuildSettings, workers: int):
+        self.settings = settings
+        self.actors = [ray.remote(Compiler).options(
+            name=f"compiler-{i}", num_cpus=1, num_gpus=0,
+            runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}},
+        ).remote(settings) for i in range(max(1, workers))]
+        self.stats = Counter()
+
+    def build_all(self, module_sources: list[str]) -> dict[str, dict[str, Any]]:
+        """module source -> its build outcome (see :func:`build_sources`)."""
+        unique = list(dict.fromkeys(module_sources))
+        pool = ray.util.ActorPool(self.actors)
+        outcomes = dict(zip(unique, pool.map(lambda actor, src: actor.build.remote(src), unique)))
+        self.stats.update(modules=len(unique), failed=sum("error" in o for o in outcomes.values()),
+                          cache_hits=sum(o.get("hits", 0) for o in outcomes.values()))
+        return outcomes
+
+    def shutdown(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor)
+
+
+def build_settings(arch: str | None, cache_dir: Path, timeout_s: float) -> BuildSettings:
+    return BuildSettings(arch or DEFAULT_ARCH, Path(cache_dir) / "cuda", timeout_s)
+
+
+def apply_build(sample: Sample, outcome: dict[str, Any], world_size: int, category: str) -> Sample | Result:
+    """The sample ready for a gang (its build keys noted), or its ``compile_error``."""
+    if "error" in outcome:
+        return Result.for_sample(sample, Status.COMPILE_ERROR, outcome["error"], world_size=world_size,
+                                 category=category)
+    meta = {**sample.metadata, "cuda_builds": ",".join(outcome["keys"]),
+            "compile_seconds": f"{outcome['seconds']:.2f}"}
+    return sample.model_copy(update={"metadata": meta})

@@ -1,0 +1,173 @@
+"""Inline CUDA C++ for candidates: nvcc builds it into a shared library, ctypes loads it.
+
+A candidate keeps its kernels and an ``extern "C"`` launcher in a string constant and calls, at
+import::
+
+    lib = load_cuda(SOURCE, functions={"launch": ["ptr", "ptr", "i64", "stream"]})
+    lib.launch(x.data_ptr(), out.data_ptr(), x.numel(), torch.cuda.current_stream().cuda_stream)
+
+The library includes no torch header and links the CUDA runtime statically, so it builds on any
+machine with nvcc (the compile workers have no GPU and may have another torch) and loads in any
+torch process. Pointers, sizes and the stream are passed as plain values; for communication the
+candidate gets peer addresses from torch symmetric memory (``rendezvous(buf).buffer_ptrs``).
+
+Builds are cached on disk by a hash of everything they depend on (:meth:`BuildSpec.key`). The
+compile stage finds the sources statically (:func:`find_sources`) and builds them before any GPU
+is involved; in a rank, ``load_cuda`` then only loads. A source it cannot find statically (built
+at run time from pieces) is built by the rank itself, within the same time limit.
+"""
+
+from __future__ import annotations
+
+import ast
+import ctypes
+import functools
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+BUILD_VERSION = 1  # bump when the build command changes: old cache entries are then ignored
+DEFAULT_ARCH = "sm_90a"
+ENV_ARCH, ENV_CACHE, ENV_TIMEOUT = "PKB_CUDA_ARCH", "PKB_CUDA_CACHE", "PKB_CUDA_BUILD_TIMEOUT"
+LOADER_NAMES = ("load_cuda",)
+
+ARG_TYPES = {"ptr": ctypes.c_void_p, "stream": ctypes.c_void_p, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
+             "u64": ctypes.c_uint64, "f32": ctypes.c_float, "f64": ctypes.c_double}
+
+
+class CudaBuildError(RuntimeError):
+    """nvcc failed or ran out of time; the message is the compiler's."""
+
+
+@functools.lru_cache(maxsize=1)
+def nvcc_path() -> str:
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    found = Path(home) / "bin" / "nvcc"
+    return str(found) if found.exists() else (shutil.which("nvcc") or "nvcc")
+
+
+@functools.lru_cache(maxsize=1)
+def nvcc_version() -> str:
+    try:
+        out = subprocess.run([nvcc_path(), "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "unavailable"
+    return out.strip().splitlines()[-1] if out.strip() else "unknown"
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    source: str
+    arch: str = DEFAULT_ARCH
+    flags: tuple[str, ...] = ()
+
+    def key(self) -> str:
+        """Content hash: source, flags, architecture, compiler and our build recipe."""
+        blob = json.dumps([BUILD_VERSION, self.source, self.arch, list(self.flags), nvcc_version()])
+        return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+    def command(self, src: Path, out: Path) -> list[str]:
+        return [nvcc_path(), "-shared", "-Xcompiler", "-fPIC", "-O3", f"-arch={self.arch}", "-std=c++17",
+                *self.flags, "-o", str(out), str(src)]
+
+
+def build(spec: BuildSpec, cache_dir: Path, timeout_s: float = 300.0) -> Path:
+    """The library for ``spec``: from the cache, else built now (atomically, race-safe)."""
+    final = Path(cache_dir) / spec.key()
+    lib = final / "lib.so"
+    if lib.exists():
+        return lib
+    final.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="build-", dir=final.parent))
+    try:
+        src = work / "kernel.cu"
+        src.write_text(spec.source)
+        try:
+            done = subprocess.run(spec.command(src, work / "lib.so"), capture_output=True, text=True,
+                                  timeout=timeout_s, cwd=work)
+        except subprocess.TimeoutExpired:
+            raise CudaBuildError(f"nvcc did not finish within {timeout_s:.0f} s") from None
+        except OSError as exc:
+            raise CudaBuildError(f"cannot run nvcc ({nvcc_path()}): {exc}") from None
+        if done.returncode != 0:
+            text = (done.stderr + done.stdout).replace(str(work) + "/", "")
+            raise CudaBuildError(f"nvcc exited with {done.returncode}:\n{text.strip()}")
+        (work / "command.txt").write_text(" ".join(spec.command(Path("kernel.cu"), Path("lib.so"))))
+        try:
+            work.rename(final)  # another worker may have won the race: its build is as good
+        except OSError:
+            pass
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return lib
+
+
+def _rank_settings() -> tuple[str, Path, float]:
+    cache = Path(os.environ.get(ENV_CACHE) or Path("~/.cache/pkb_ray/cuda").expanduser())
+    return os.environ.get(ENV_ARCH, DEFAULT_ARCH), cache, float(os.environ.get(ENV_TIMEOUT, "300"))
+
+
+def load_cuda(source: str, functions: dict[str, Sequence[str]] | None = None, *,
+              flags: Sequence[str] = ()) -> ctypes.CDLL:
+    """Load (building first if the compile stage did not) the library of ``source``.
+
+    ``functions`` declares argument types of the ``extern "C"`` functions to call, each one of
+    ``ptr, stream, i64, i32, u64, f32, f64``; they return an ``int`` (a cudaError_t, 0 = success).
+    """
+    arch, cache, timeout = _rank_settings()
+    lib = ctypes.CDLL(str(build(BuildSpec(source, arch, tuple(flags)), cache, timeout)))
+    for name, types in (functions or {}).items():
+        fn = getattr(lib, name)
+        fn.argtypes = [ARG_TYPES[t] for t in types]
+        fn.restype = ctypes.c_int
+    return lib
+
+
+def find_sources(module_source: str) -> list[tuple[str, tuple[str, ...]]]:
+    """(source, flags) of every ``load_cuda(...)`` call whose arguments are string constants.
+
+    Constants may be literals, concatenations of them, or module-level names bound to them.
+    Calls built from run-time values are skipped: the rank builds those itself.
+    """
+    tree = ast.parse(module_source)
+    consts: dict[str, object] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            value = _constant(node.value, consts)
+            if value is not None:
+                consts[node.targets[0].id] = value
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and _called_name(node.func) in LOADER_NAMES):
+            continue
+        arg = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "source"), None)
+        flags_node = next((k.value for k in node.keywords if k.arg == "flags"), None)
+        source = _constant(arg, consts) if arg is not None else None
+        flags = _constant(flags_node, consts) if flags_node is not None else ()
+        if isinstance(source, str) and isinstance(flags, tuple) and all(isinstance(f, str) for f in flags):
+            found.append((source, flags))
+    return found
+
+
+def _called_name(func: ast.expr) -> str:
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+
+
+def _constant(node: ast.expr, consts: dict[str, object]):
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name):
+        return consts.get(node.id)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _constant(node.left, consts), _constant(node.right, consts)
+        return left + right if isinstance(left, str) and isinstance(right, str) else None
+    if isinstance(node, (ast.Tuple, ast.List)):
+        items = tuple(_constant(e, consts) for e in node.elts)
+        return items if all(isinstance(i, str) for i in items) else None
+    return None

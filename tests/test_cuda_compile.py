@@ -1,0 +1,84 @@
+"""The CUDA path on a machine without a GPU: real nvcc builds, the cache, the compile stage."""
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import ray
+
+from conftest import HOSTILE
+from pkb_ray.config import SweepConfig
+from pkb_ray.cuda import ENV_ARCH, ENV_CACHE, BuildSpec, CudaBuildError, build, find_sources, load_cuda
+from pkb_ray.pipeline import build_cuda
+from pkb_ray.problem import load_problems
+from pkb_ray.schema import Result, Sample, Status
+from pkb_ray.stages.compile import CompilePool, build_settings
+
+CUDA = HOSTILE / "cuda"
+PING = (CUDA / "host_ping.py").read_text()
+BROKEN = (CUDA / "nvcc_error.py").read_text()
+
+
+def test_sources_are_found_without_running_the_module():
+    src = 'A = "x"\nB = A + "y"\nlib = load_cuda(B, flags=("-lineinfo",))\nm.load_cuda(source="z")\nload_cuda(f"{n}")\n'
+    assert find_sources(src) == [("xy", ("-lineinfo",)), ("z", ())]  # the f-string is left to the rank
+    assert [s for s, _ in find_sources(PING)] == [find_sources(PING)[0][0]] and "ping" in find_sources(PING)[0][0]
+
+
+def test_a_good_source_builds_once_and_loads_without_a_gpu(tmp_path, monkeypatch):
+    source = find_sources(PING)[0][0]
+    spec = BuildSpec(source, "sm_90a")
+    lib = build(spec, tmp_path)
+    built_at = lib.stat().st_mtime_ns
+    assert build(spec, tmp_path) == lib and lib.stat().st_mtime_ns == built_at  # a hit: not rebuilt
+    assert BuildSpec(source, "sm_80").key() != spec.key() != BuildSpec(source, "sm_90a", ("-G",)).key()
+    monkeypatch.setenv(ENV_CACHE, str(tmp_path))
+    monkeypatch.setenv(ENV_ARCH, "sm_90a")
+    assert load_cuda(source, functions={"ping": []}).ping() == 42
+    assert [p.name for p in tmp_path.iterdir()] == [spec.key()]  # no second build, no leftovers
+
+
+def test_a_broken_source_gives_the_compilers_message(tmp_path):
+    source = find_sources(BROKEN)[0][0]
+    with pytest.raises(CudaBuildError) as err:
+        build(BuildSpec(source), tmp_path)
+    assert "undeclared_value" in str(err.value) and "kernel.cu" in str(err.value)
+    assert str(tmp_path) not in str(err.value)  # no temporary paths in what users read
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(CudaBuildError, match="did not finish within"):
+        build(BuildSpec(source + "\n// other"), tmp_path, timeout_s=0.001)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_compile_pool_builds_each_source_once_and_reports_errors(cluster, tmp_path):
+    pool = CompilePool(build_settings("sm_90a", tmp_path, 120), workers=2)
+    try:
+        out = pool.build_all([PING, BROKEN, PING])
+        assert pool.stats["modules"] == 2 and pool.stats["failed"] == 1
+        assert "undeclared_value" in out[BROKEN]["error"] and len(out[PING]["keys"]) == 1
+        again = pool.build_all([PING])
+        assert again[PING]["keys"] == out[PING]["keys"] and pool.stats["cache_hits"] == 1
+    finally:
+        pool.shutdown()
+
+
+def test_pipeline_turns_nvcc_errors_into_results_and_ranks_only_load(cluster, tmp_path, make_harness, problems):
+    cfg = SweepConfig.model_validate({"cache_dir": str(tmp_path), "hardware": {"arch": "sm_90a"}})
+    samples = [Sample(problem_id="all_reduce", model="m", sample_index=i, backend="cuda", source=src)
+               for i, src in enumerate([PING, BROKEN])]
+    emitted: list[Result] = []
+    kept = build_cuda([(s, 2) for s in samples], cfg, problems, emitted.append)
+    assert [r.status for r in emitted] == [Status.COMPILE_ERROR] and "undeclared_value" in emitted[0].message
+    assert [s.sample_index for s, _ in kept] == [0] and kept[0][0].metadata["cuda_builds"]
+    builds = sorted(p.name for p in (tmp_path / "cuda").iterdir())
+    # a rank imports the candidate: load_cuda finds the build and the module runs (CPU ranks here)
+    result = make_harness(2, cache=tmp_path).evaluate(kept[0][0])
+    assert result.status == Status.CORRECT, result.message
+    assert sorted(p.name for p in (tmp_path / "cuda").iterdir()) == builds  # loaded, not rebuilt
