@@ -44,7 +44,8 @@ class EvalConfig(_Strict):
     startup_timeout_s: float = Field(120.0, gt=0, description="limit for rank processes to join their group")
     compile_timeout_s: float = Field(300.0, gt=0, description="limit for nvcc on one CUDA source")
     compile_workers: int | None = Field(None, ge=1, description="CPU compiler actors; None: one per CPU, at most 16")
-    size: str = Field("small", description="size preset of every problem (small, default, large)")
+    size: str | dict[str, int] = Field("small", description="a size preset of every problem (small, default, "
+                                                            "large), or knob values, e.g. {numel: 65536}")
     dtype: str | None = Field(None, description="None: each problem's first dtype")
     seed: int = Field(0, ge=0)
     prewarm: int = Field(1, ge=0, le=8, description="rank sets started ahead while samples run (0: none)")

@@ -171,3 +171,26 @@ def _constant(node: ast.expr, consts: dict[str, object]):
         items = tuple(_constant(e, consts) for e in node.elts)
         return items if all(isinstance(i, str) for i in items) else None
     return None
+
+
+_symmetric: dict = {}
+
+
+def symmetric_buffer(numel: int, dtype, device, tag: str = ""):
+    """A symmetric-memory buffer of this shape, made once per process: (buffer, handle, peer pointers).
+
+    ``peer pointers`` is an int64 tensor on ``device`` holding every rank's buffer address
+    (``handle.buffer_ptrs``), ready to pass to a kernel as ``const T* const*``. Making one is a
+    collective (every rank must ask for the same shapes in the same order); later calls reuse it.
+    """
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._symmetric_memory as symm_mem
+
+    key = (tag, numel, dtype, str(device))
+    if key not in _symmetric:
+        buf = symm_mem.empty(numel, dtype=dtype, device=device)
+        handle = symm_mem.rendezvous(buf, dist.group.WORLD.group_name)
+        ptrs = torch.tensor(handle.buffer_ptrs, dtype=torch.int64, device=device)
+        _symmetric[key] = (buf, handle, ptrs)
+    return _symmetric[key]

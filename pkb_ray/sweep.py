@@ -48,7 +48,11 @@ def check_against_problems(cfg: SweepConfig, problems: dict[str, Problem]) -> di
         if not chosen:
             raise ConfigError(f"problems.categories: no problem in {cfg.problems.categories}")
     for p in chosen.values():
-        if cfg.eval.size not in p.meta.sizes:
+        if isinstance(cfg.eval.size, dict):
+            unknown = sorted(set(cfg.eval.size) - set(p.meta.sizes["default"]))
+            if unknown:
+                raise ConfigError(f"eval.size: {p.id} has no size knob {unknown} ({sorted(p.meta.sizes['default'])})")
+        elif cfg.eval.size not in p.meta.sizes:
             raise ConfigError(f"eval.size: {cfg.eval.size!r} is not a size preset of {p.id} ({sorted(p.meta.sizes)})")
         if cfg.eval.dtype and cfg.eval.dtype not in p.meta.dtypes:
             raise ConfigError(f"eval.dtype: {cfg.eval.dtype!r} is not supported by {p.id} ({p.meta.dtypes})")

@@ -48,9 +48,17 @@ def test_bad_values_fail_naming_the_key(override, key):
 @pytest.mark.parametrize(
     "override, key",
     [("problems.ids=[all_reduce,nope]", "problems.ids"), ("eval.size=huge", "eval.size"),
-     ("eval.dtype=int32", "eval.dtype"), ("problems.categories=[astrology]", "problems.categories")],
+     ("eval.dtype=int32", "eval.dtype"), ("problems.categories=[astrology]", "problems.categories"),
+     ("eval.size={rows:3}", "eval.size")],
 )
 def test_config_that_contradicts_the_problems_fails_at_start(problems, override, key):
     cfg = validate_config(composed(override))
     with pytest.raises(ConfigError, match=key):
         check_against_problems(cfg, problems)
+
+
+def test_size_may_be_explicit_knob_values(problems):
+    cfg = validate_config(composed("eval.size={numel:65536}", "problems.ids=[all_gather,all_reduce]"))
+    assert cfg.eval.size == {"numel": 65536}
+    assert check_against_problems(cfg, problems)
+    assert problems["all_gather"].size(cfg.eval.size) == ("numel=65536", {"numel": 65536})

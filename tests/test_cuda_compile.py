@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from conftest import HOSTILE
+from conftest import HOSTILE, REPO
 from pkb_ray.config import SweepConfig
 from pkb_ray.cuda import ENV_ARCH, ENV_CACHE, BuildSpec, CudaBuildError, build, find_sources, load_cuda
 from pkb_ray.pipeline import build_cuda
@@ -17,7 +17,7 @@ from pkb_ray.stages.compile import CompilePool, build_settings
 
 CUDA = HOSTILE / "cuda"
 PING = (CUDA / "host_ping.py").read_text()
-BROKEN = (CUDA / "nvcc_error.py").read_text()
+BROKEN = (REPO / "samples/replay/all_reduce/08_cuda_nvcc_error.py").read_text()
 
 
 def test_sources_are_found_without_running_the_module():

@@ -1,0 +1,78 @@
+"""The compile stage on this machine: one nvcc build, a cache hit, and N distinct sources on the pool.
+
+    .venv/bin/python scripts/bench_compile.py --sources 8 --out docs/bench_compile_cpu.json
+
+Builds variants of the one-shot all-reduce kernel of kernels/ (each with a distinct constant, so
+each is a distinct source) into a fresh cache: once in this process (one build, then the same
+source again: a hit), then N sources on a CompilePool of 1 worker and of ``--workers`` workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import ray
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pkb_ray.cuda import BuildSpec, build, find_sources, nvcc_version  # noqa: E402
+from pkb_ray.stages.compile import CompilePool, build_settings  # noqa: E402
+
+KERNEL = (REPO / "kernels/all_reduce/02_cuda_one_shot.py").read_text()
+
+
+def variant(i: int, tag: str) -> str:
+    """The kernel module with a distinct CUDA source (a constant nobody reads)."""
+    return KERNEL.replace('SOURCE = r"""', f'SOURCE = r"""\n// variant {tag}-{i}\n', 1)
+
+
+def pool_wall(workers: int, n: int, tag: str, cache: Path) -> float:
+    pool = CompilePool(build_settings("sm_90a", cache, 300), workers)
+    try:
+        pool.build_all([variant(0, "warm-" + tag)])  # actor start-up is not compile time
+        t0 = time.monotonic()
+        out = pool.build_all([variant(i, tag) for i in range(n)])
+        assert not any("error" in o for o in out.values()), out
+        return time.monotonic() - t0
+    finally:
+        pool.shutdown()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sources", type=int, default=8)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = Path(tmp)
+        spec = BuildSpec(find_sources(variant(0, "single"))[0][0], "sm_90a")
+        t0 = time.monotonic()
+        build(spec, cache / "cuda")
+        first = time.monotonic() - t0
+        hits = []
+        for _ in range(20):
+            t0 = time.monotonic()
+            build(spec, cache / "cuda")
+            hits.append(time.monotonic() - t0)
+        ray.init(num_cpus=args.workers, include_dashboard=False, configure_logging=False, log_to_driver=False)
+        serial = pool_wall(1, args.sources, "serial", cache)
+        parallel = pool_wall(args.workers, args.sources, "parallel", cache)
+        ray.shutdown()
+    row = {"nvcc": nvcc_version(), "arch": "sm_90a", "one_build_s": first, "cache_hit_s_median": statistics.median(hits),
+           "sources": args.sources, "pool_1_worker_s": serial, f"pool_{args.workers}_workers_s": parallel,
+           "speedup": serial / parallel}
+    print(json.dumps(row, indent=2))
+    if args.out:
+        args.out.write_text(json.dumps(row, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
