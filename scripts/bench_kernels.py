@@ -1,0 +1,114 @@
+"""Expert kernels against the NCCL reference over message sizes, through the harness (no Ray).
+
+    python3 scripts/bench_kernels.py --device cuda --out docs/bench_kernels_h200x2.json   # GPU machine
+    .venv/bin/python scripts/bench_kernels.py --device cpu --max-bytes 65536 --out /tmp/k.json  # gloo, a check
+
+For every kernel in kernels/<problem>/ of a problem with a ``numel`` knob, and every message size
+from ``--min-bytes`` to ``--max-bytes`` (x4 steps; bytes of one rank's input), one evaluation:
+correctness trials, then reference and kernel timed interleaved (pkb_ray/timing.py). Prints and
+writes per size: status, reference and kernel time, speedup, bus bandwidth of both (the
+nccl-tests convention) and the kernel's fraction of speed of light. torch's own symmetric-memory
+all-reduce is in kernels/ too (all_reduce/01_symm_mem_two_shot.py), so it is measured alongside.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pkb_ray.config import EvalConfig, HardwareConfig  # noqa: E402
+from pkb_ray.harness import Harness  # noqa: E402
+from pkb_ray.pipeline import prepare_here  # noqa: E402
+from pkb_ray.problem import DTYPES, load_problems  # noqa: E402
+from pkb_ray.samples import read_samples  # noqa: E402
+from pkb_ray.schema import Sample  # noqa: E402
+from pkb_ray.stages.compile import build_settings  # noqa: E402
+
+
+def bus_factor(problem: str, world: int) -> float:
+    """Bus bandwidth = factor x bytes per rank / time (nccl-tests: all-reduce 2(W-1)/W; gather/scatter (W-1))."""
+    return 2 * (world - 1) / world if problem == "all_reduce" else float(world - 1)
+
+
+def numel_for(problem: str, nbytes: int, itemsize: int, world: int) -> int:
+    """``numel`` knob giving ``nbytes`` of input per rank (reduce-scatter's input holds W chunks)."""
+    per_rank = nbytes // itemsize
+    return per_rank // world if problem == "reduce_scatter" else per_rank
+
+
+def _row(row: dict, pid: str, nbytes: int, world: int, r) -> dict:
+    factor = bus_factor(pid, world)
+
+    def busbw(t_us):
+        return factor * nbytes / (t_us * 1e-6) / 1e9 if t_us else None
+
+    x = {"kernel": row["metadata"]["file"], "problem": pid, "bytes_per_rank": nbytes, "status": r.status.value,
+         "ref_us": r.ref_time_us, "cand_us": r.cand_time_us, "speedup": r.speedup,
+         "ref_busbw_gbps": busbw(r.ref_time_us), "cand_busbw_gbps": busbw(r.cand_time_us),
+         "sol_fraction": r.sol_fraction, "calls_per_round": r.calls_per_round, "message": r.message[-300:]}
+    print(f"{x['kernel']:42s} {nbytes:>11d} B {x['status']:13s} ref={x['ref_us'] or 0:9.1f}us "
+          f"cand={x['cand_us'] or 0:9.1f}us speedup={x['speedup'] or 0:5.2f} "
+          f"busbw ref={x['ref_busbw_gbps'] or 0:6.1f} cand={x['cand_busbw_gbps'] or 0:6.1f} GB/s "
+          f"sol={x['sol_fraction'] or 0:.2f}", flush=True)
+    return x
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
+    ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--min-bytes", type=int, default=4 << 10)
+    ap.add_argument("--max-bytes", type=int, default=256 << 20)
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--only", help="comma-separated kernel files (problem/file.py) to run")
+    ap.add_argument("--prewarm", type=int, default=None, help="rank sets started ahead (default: 2 on GPU, 0 on CPU)")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    w = args.world_size
+    args.prewarm = args.prewarm if args.prewarm is not None else (2 if args.device == "cuda" else 0)
+    problems = load_problems()
+    rows = [r for r in read_samples(REPO / "kernels", model="kernels")
+            if "numel" in problems[r["problem_id"]].meta.sizes["default"]]
+    if args.only:
+        rows = [r for r in rows if r["metadata"]["file"] in args.only.split(",")]
+    devices = [f"cuda:{i}" for i in range(w)] if args.device == "cuda" else ["cpu"] * w
+    hw = HardwareConfig(name=f"{args.device}_{w}", device=args.device, world_sizes=[w], gpus_per_node=w,
+                        arch="sm_90a", link_gbps=450.0 if args.device == "cuda" else 5.0)
+    itemsize = DTYPES[args.dtype].itemsize
+    sizes = []
+    n = args.min_bytes
+    while n <= args.max_bytes:
+        sizes.append(n)
+        n *= 4
+    report = []
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = build_settings(hw.arch, Path(tmp) / "cache", 300)
+        for nbytes in sizes:
+            for pid in sorted({r["problem_id"] for r in rows}):
+                knobs = {"numel": numel_for(pid, nbytes, itemsize, w)}
+                cfg = EvalConfig(trials=2, timing_sets=2, warmup=5, rounds=args.rounds, size=knobs,
+                                 dtype=args.dtype, timeout_s=120, prewarm=args.prewarm,
+                                 max_round_calls=1 if args.device == "cpu" else 500)
+                harness = Harness(devices, cfg, hw, problems, work_dir=Path(tmp) / "work", cache_dir=Path(tmp) / "cache")
+                try:
+                    for row in (r for r in rows if r["problem_id"] == pid):
+                        sample = prepare_here(row, problems, w, settings)
+                        r = harness.evaluate(sample) if isinstance(sample, Sample) else sample
+                        report.append(_row(row, pid, nbytes, w, r))
+                finally:
+                    harness.close()
+    if args.out:
+        args.out.write_text(json.dumps({"device": args.device, "world_size": w, "dtype": args.dtype,
+                                        "rows": report}, indent=2) + "\n")
+    return 0 if all(x["status"] == "correct" for x in report) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
