@@ -110,6 +110,8 @@ class SweepConfig(_Strict):
     wandb: WandbConfig = WandbConfig()
     problems_dir: str | None = Field(None, description="None: the problems/ folder of this checkout")
     output_dir: str = "."
+    results_dir: str | None = Field(None, description="None: <output_dir>/results. Name a folder to resume a "
+                                                      "sweep there: samples with a final result are skipped")
     cache_dir: str = Field("~/.cache/pkb_ray", description="reference outputs, reused across runs")
 
     @property

@@ -8,6 +8,7 @@ every ``flush_every`` rows, so a run that dies keeps what it finished.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ import ray
 
 from pkb_ray.config import SweepConfig
 from pkb_ray.problem import Problem
-from pkb_ray.samples import write_results
+from pkb_ray.samples import finished, write_results
 from pkb_ray.schema import Result, Sample
 from pkb_ray.stages.compile import (BuildSettings, CompilePool, apply_build, build_settings, build_sources,
                                     compile_sample, uses_cuda)
@@ -84,8 +85,22 @@ def build_cuda(tasks: list[tuple[Sample, int]], cfg: SweepConfig, problems: dict
     return kept
 
 
+def dedup_key(sample: Sample, world: int) -> tuple:
+    """Samples with the same key get the same verdict: evaluate one, copy it to the others."""
+    return (sample.problem_id, sample.backend, world, hashlib.sha256(sample.source.encode()).hexdigest())
+
+
+def as_duplicate(result: Result, sample: Sample) -> Result:
+    """``result`` (of an identical sample) under ``sample``'s identity."""
+    return result.model_copy(update={"sample_key": sample.key, "model": sample.model, "sample_index": sample.sample_index,
+                                     "duplicate_of": result.sample_key})
+
+
 def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str, Problem], results_dir: Path,
-                 flush_every: int = 16, on_result: Callable[[Result], None] | None = None) -> list[Result]:
+                 flush_every: int = 16, on_result: Callable[[Result], None] | None = None,
+                 resume: bool = True) -> list[Result]:
+    """Evaluate ``rows`` into ``results_dir``; with ``resume``, rows with a final result there are skipped."""
+    done = finished(results_dir) if resume else set()
     results: list[Result] = []
     unflushed: list[Result] = []
 
@@ -99,23 +114,47 @@ def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[st
             unflushed.clear()
 
     ready: list[tuple[Sample, int]] = []
+    skipped = 0
     for row in rows:
         for world in world_sizes_for(row, problems, cfg.hardware.world_sizes):
             out = prepare(row, problems, world)
-            if isinstance(out, Sample):
+            key = out.key if isinstance(out, Sample) else out.sample_key
+            if (key, world) in done:
+                skipped += 1
+            elif isinstance(out, Sample):
                 ready.append((out, world))
             else:  # settled before any rank ran: still say where it would have run
                 emit(out.model_copy(update={"hardware": cfg.hardware.name, "device_backend": cfg.hardware.backend}))
+    if skipped:
+        log.info("resume: %d (sample, world size) pairs already have a final result in %s", skipped, results_dir)
     ready = build_cuda(ready, cfg, problems, emit)
-    pool = GangPool(cfg)
-    t0 = time.monotonic()
+    groups: dict[tuple, list[tuple[Sample, int]]] = {}
+    for sample, world in ready:
+        groups.setdefault(dedup_key(sample, world), []).append((sample, world))
+    unique = [members[0] for members in groups.values()]
+    if len(unique) < len(ready):
+        log.info("dedup: %d identical samples share %d evaluations", len(ready), len(unique))
     try:
-        for n, result in enumerate(pool.evaluate(ready), 1):
-            emit(result)
-            log.info("[%d/%d] %s #%d W=%d %s on %s (%.1fs)", n, len(ready), result.problem_id, result.sample_index,
-                     result.world_size, result.status.value, result.gang, time.monotonic() - t0)
+        if unique:
+            _evaluate(unique, groups, cfg, emit)
     finally:
-        pool.shutdown()
         if unflushed:
             write_results(unflushed, results_dir)
     return results
+
+
+def _evaluate(unique: list[tuple[Sample, int]], groups: dict[tuple, list[tuple[Sample, int]]], cfg: SweepConfig,
+              emit: Callable[[Result], None]) -> None:
+    pool = GangPool(cfg)
+    t0 = time.monotonic()
+    try:
+        for n, result in enumerate(pool.evaluate(unique), 1):
+            emit(result)
+            members = groups[(result.problem_id, result.backend, result.world_size,
+                              hashlib.sha256(result.source.encode()).hexdigest())]
+            for sample, _ in members[1:]:
+                emit(as_duplicate(result, sample))
+            log.info("[%d/%d] %s #%d W=%d %s on %s (%.1fs)", n, len(unique), result.problem_id, result.sample_index,
+                     result.world_size, result.status.value, result.gang, time.monotonic() - t0)
+    finally:
+        pool.shutdown()

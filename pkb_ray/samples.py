@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 import pyarrow.parquet as pq
 
-from pkb_ray.schema import Result, results_to_table
+from pkb_ray.schema import Result, is_final, results_to_table
 
 _HEADER = re.compile(r"^#\s*([a-z_]+):\s*(.*?)\s*$")
 
@@ -98,6 +98,15 @@ def read_results(out_dir: str | Path):
 
         return pd.DataFrame()
     return ds.dataset(files, format="parquet").to_table().to_pandas()
+
+
+def finished(out_dir: str | Path) -> set[tuple[str, int]]:
+    """(sample_key, world_size) of the final results already under ``out_dir`` (for resuming)."""
+    df = read_results(out_dir)
+    if df.empty:
+        return set()
+    keep = [is_final(st, msg) for st, msg in zip(df["status"], df["message"])]
+    return set(zip(df["sample_key"][keep], df["world_size"][keep].astype(int)))
 
 
 def _safe(name: str) -> str:

@@ -98,6 +98,7 @@ class Result(BaseModel):
     calls_per_round: int | None = None  # back-to-back calls in one timed round (see pkb_ray.timing)
     phase_seconds: dict[str, float] = Field(default_factory=dict)  # reference, ready, trials, check, timing, cleanup
     gang: str = ""  # the gang actor that evaluated it
+    duplicate_of: str = ""  # sample_key of the identical sample whose evaluation this row shares
     source: str = ""
 
     @classmethod
@@ -113,6 +114,15 @@ class Result(BaseModel):
             source=sample.source,
             **fields,
         )
+
+
+# Rows that say nothing about the sample: a resumed run evaluates these samples again.
+NOT_THE_SAMPLES_FAULT = ("evaluator error", "the gang evaluating this sample died")
+
+
+def is_final(status: str, message: str) -> bool:
+    """A result that a resumed sweep keeps (everything but evaluator faults and dead gangs)."""
+    return not message.startswith(NOT_THE_SAMPLES_FAULT)
 
 
 def trim(text: str, limit: int = MAX_ERROR_CHARS) -> str:
@@ -168,6 +178,7 @@ RESULT_SCHEMA = pa.schema(
         ("calls_per_round", pa.int32()),
         ("phase_seconds", pa.map_(pa.string(), pa.float64())),
         ("gang", pa.string()),
+        ("duplicate_of", pa.string()),
         ("source", pa.string()),
     ]
 )

@@ -22,8 +22,7 @@ from pkb_ray.gang import NOSET_CUDA
 from pkb_ray.metrics import summarize
 from pkb_ray.pipeline import run_pipeline, select_rows
 from pkb_ray.problem import Problem, ProblemError, load_problems
-from pkb_ray.samples import read_samples
-from pkb_ray.schema import results_to_table
+from pkb_ray.samples import read_results, read_samples
 from pkb_ray.summary import format_summary
 from pkb_ray.tracking import Tracker
 
@@ -71,16 +70,23 @@ def start_ray(cfg: SweepConfig) -> None:
              log_to_driver=True, configure_logging=False)
 
 
+def latest(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (sample, world size): the newest (a resumed run re-evaluates evaluator faults)."""
+    if df.empty:
+        return df
+    return df.sort_values("finished_at").drop_duplicates(["sample_key", "world_size"], keep="last")
+
+
 def run(cfg: SweepConfig, out_dir: Path) -> pd.DataFrame:
     """Run one job end to end; returns the results as a DataFrame."""
     problems = load_problems(resolve_path(cfg.problems_dir) if cfg.problems_dir else None)
     chosen = check_against_problems(cfg, problems)
     rows = select_rows(read_samples(resolve_path(cfg.model.samples), cfg.model.name), cfg, chosen)
-    results_dir = out_dir / "results"
+    results_dir = resolve_path(cfg.results_dir) if cfg.results_dir else out_dir / "results"
     log.info("%d samples of %d problems -> %s", len(rows), len(chosen), results_dir)
     start_ray(cfg)
-    results = run_pipeline(rows, cfg, problems, results_dir)
-    df = results_to_table(results).to_pandas()
+    run_pipeline(rows, cfg, problems, results_dir)
+    df = latest(read_results(results_dir))  # this run's rows and those of the runs it resumes
     print(format_summary(df), flush=True)
     tracker = Tracker(cfg.wandb, cfg.model_dump(mode="json"), out_dir, name=f"{cfg.model.name}-{cfg.hardware.name}")
     try:

@@ -119,3 +119,24 @@ def test_rank_environment_fails_fast_and_can_force_multicast_off(monkeypatch):
     assert all(child_env(multicast=False)[k] == v for k, v in MULTICAST_OFF.items())  # ...or forced off
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")
     assert child_env(multicast=True)["NCCL_NVLS_ENABLE"] == "0"  # never switched on by us
+
+
+def test_pipeline_evaluates_identical_sources_once_and_resumes_without_repeating(cluster, tmp_path, problems):
+    from pkb_ray.pipeline import run_pipeline
+    from pkb_ray.samples import read_results
+
+    copy = COPY.read_text()
+    rows = [{"problem_id": "all_reduce", "model": "a", "sample_index": 0, "source": copy},
+            {"problem_id": "all_reduce", "model": "b", "sample_index": 7, "source": copy},  # same source
+            {"problem_id": "all_reduce", "model": "a", "sample_index": 1, "source": "def solution(x):\n  return x\n"}]
+    cfg = config(tmp_path, [2])
+    first = run_pipeline(rows, cfg, problems, tmp_path / "results")
+    by_model = {(r.model, r.sample_index): r for r in first}
+    assert len(first) == 3 and {r.status for r in first} == {Status.CORRECT, Status.WRONG_OUTPUT}
+    a, b = by_model[("a", 0)], by_model[("b", 7)]
+    copied = [r for r in (a, b) if r.duplicate_of]
+    assert len(copied) == 1 and copied[0].duplicate_of == ({a.sample_key, b.sample_key} - {copied[0].sample_key}).pop()
+    assert a.speedup == b.speedup and a.sample_key != b.sample_key  # one evaluation, two identities
+    # the same sweep again: everything already has a final result, nothing is evaluated or written
+    again = run_pipeline(rows, cfg, problems, tmp_path / "results")
+    assert again == [] and len(read_results(tmp_path / "results")) == 3

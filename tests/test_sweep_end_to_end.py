@@ -16,14 +16,18 @@ from pkb_ray.samples import read_results, read_samples
 from pkb_ray.schema import Status
 
 
-def test_sweep_on_shipped_set(tmp_path):
-    run_dir = tmp_path / "run"
+def sweep(tmp_path, run_dir, *overrides):
     env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "pkb_ray.sweep", f"hydra.run.dir={run_dir}", "ray.include_dashboard=false",
-         "eval.timeout_s=8", "eval.rounds=30", f"cache_dir={tmp_path / 'cache'}"],
+         "eval.timeout_s=8", "eval.rounds=30", f"cache_dir={tmp_path / 'cache'}", *overrides],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900,
     )
+
+
+def test_sweep_on_shipped_set(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = sweep(tmp_path, run_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ALL" in proc.stdout and "pass@1" in proc.stdout
 
@@ -50,3 +54,9 @@ def test_sweep_on_shipped_set(tmp_path):
     assert {"samples", "per"} <= tables
     per_sample = json.loads(next((runs[0] / "files" / "media" / "table").glob("samples_*.table.json")).read_text())
     assert len(per_sample["data"]) == len(shipped)
+
+    # the same sweep again into the same results folder: every sample is skipped, none is written twice
+    again = sweep(tmp_path, tmp_path / "run2", f"results_dir={run_dir / 'results'}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"{len(shipped)} (sample, world size) pairs already have a final result" in again.stdout + again.stderr
+    assert len(read_results(run_dir / "results")) == len(shipped) and "ALL" in again.stdout

@@ -10,6 +10,7 @@ reports it as ``compile_error`` with the compiler's message.
 from __future__ import annotations
 
 import ast
+import hashlib
 from typing import Any
 
 from pydantic import ValidationError
@@ -24,7 +25,8 @@ MAX_SOURCE_BYTES = 512 * 1024
 def validate(row: dict[str, Any], problems: dict[str, Problem], world_size: int) -> Sample | Result:
     sample, error = _as_sample(row)
     if sample is None:
-        return Result(sample_key=f"invalid/{abs(hash(repr(row))):x}", problem_id=str(row.get("problem_id", "")),
+        digest = hashlib.sha256(repr(sorted(row.items())).encode()).hexdigest()[:16]  # stable across runs
+        return Result(sample_key=f"invalid/{digest}", problem_id=str(row.get("problem_id", "")),
                       model=str(row.get("model", "")), sample_index=_int(row.get("sample_index")),
                       backend=str(row.get("backend", "")), status=Status.INVALID_SAMPLE, message=error,
                       world_size=world_size, source=str(row.get("source", ""))[:MAX_SOURCE_BYTES])
