@@ -1,28 +1,32 @@
 """Wiring of the stages for one run: rows -> validate -> compile -> evaluate -> results.
 
-Each row is evaluated at every world size of ``hardware.world_sizes`` that its problem supports.
-Validation and Python's compile check are cheap and run in the driver; CUDA sources are built by
-nvcc on CPU-only compiler actors; evaluation runs on the gang pool. Results are handed to ``sink`` as they arrive and flushed to Parquet
-every ``flush_every`` rows, so a run that dies keeps what it finished.
+A Ray Data stream validates each row and checks its Python (``expand_row``, tasks), builds its
+CUDA sources (``BuildCuda``, CPU-only actors), and feeds the gang pool, which evaluates while the
+stream runs. Each row is evaluated at every world size of ``hardware.world_sizes`` that its
+problem supports. Results are flushed to Parquet every ``flush_every`` rows, so a run that dies
+keeps what it finished, and a run resumed on the same folder skips it.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import logging
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
 import ray
 
 from pkb_ray.config import SweepConfig
-from pkb_ray.problem import Problem
+from pkb_ray.problem import Problem, load_problems
 from pkb_ray.samples import finished, write_results
 from pkb_ray.schema import Result, Sample
-from pkb_ray.stages.compile import (BuildSettings, CompilePool, apply_build, build_settings, build_sources,
-                                    compile_sample, uses_cuda)
-from pkb_ray.stages.evaluate import GangPool
+from pkb_ray.stages.compile import BuildSettings, apply_build, build_settings, build_sources, compile_sample, uses_cuda
+from pkb_ray.stages.evaluate import GangPool, TaskFeed
 from pkb_ray.stages.validate import validate
 
 log = logging.getLogger(__name__)
@@ -60,31 +64,6 @@ def prepare_here(row: dict[str, Any], problems: dict[str, Problem], world_size: 
     return out
 
 
-def build_cuda(tasks: list[tuple[Sample, int]], cfg: SweepConfig, problems: dict[str, Problem],
-               emit: Callable[[Result], None]) -> list[tuple[Sample, int]]:
-    """Build the CUDA sources of the tasks that have any on CPU actors; emit their compile errors."""
-    cuda = [s.source for s, _ in tasks if uses_cuda(s)]
-    if not cuda:
-        return tasks
-    settings = build_settings(cfg.hardware.arch, cfg.cache_path, cfg.eval.compile_timeout_s)
-    workers = cfg.eval.compile_workers or min(16, max(1, int(ray.cluster_resources().get("CPU", 1))))
-    pool = CompilePool(settings, min(workers, len(set(cuda))))
-    try:
-        outcomes = pool.build_all(cuda)
-    finally:
-        pool.shutdown()
-    log.info("compile: %s", dict(pool.stats))
-    kept = []
-    for sample, world in tasks:
-        if sample.source in outcomes:
-            sample = apply_build(sample, outcomes[sample.source], world, problems[sample.problem_id].meta.category)
-        if isinstance(sample, Result):
-            emit(sample.model_copy(update={"hardware": cfg.hardware.name, "device_backend": cfg.hardware.backend}))
-        else:
-            kept.append((sample, world))
-    return kept
-
-
 def dedup_key(sample: Sample, world: int) -> tuple:
     """Samples with the same key get the same verdict: evaluate one, copy it to the others."""
     return (sample.problem_id, sample.backend, world, hashlib.sha256(sample.source.encode()).hexdigest())
@@ -96,65 +75,137 @@ def as_duplicate(result: Result, sample: Sample) -> Result:
                                      "duplicate_of": result.sample_key})
 
 
+@functools.lru_cache(maxsize=4)
+def _problems(problems_dir: str | None) -> dict[str, Problem]:
+    return load_problems(problems_dir)
+
+
+def expand_row(item: dict[str, Any], cfg: dict[str, Any], problems_dir: str | None,
+               done: frozenset) -> list[dict[str, Any]]:
+    """Ray Data stage (validate + Python compile): one sample row -> a task or a settled result per world size."""
+    config = SweepConfig.model_validate(cfg)
+    problems = _problems(problems_dir)
+    row = json.loads(item["row"])
+    out = []
+    for world in world_sizes_for(row, problems, config.hardware.world_sizes):
+        prepared = prepare(row, problems, world)
+        key = prepared.key if isinstance(prepared, Sample) else prepared.sample_key
+        if (key, world) in done:
+            out.append({"kind": "skip", "payload": "", "world": world})
+        elif isinstance(prepared, Sample):
+            out.append({"kind": "task", "payload": prepared.model_dump_json(), "world": world})
+        else:  # settled before any rank ran: still say where it would have run
+            settled = prepared.model_copy(update={"hardware": config.hardware.name,
+                                                  "device_backend": config.hardware.backend})
+            out.append({"kind": "result", "payload": settled.model_dump_json(), "world": world})
+    return out
+
+
+class BuildCuda:
+    """Ray Data stage on CPU-only actors: builds the CUDA sources of each task (see stages.compile)."""
+
+    def __init__(self, settings: BuildSettings, hardware: dict[str, Any], problems_dir: str | None):
+        self.settings = settings
+        self.hardware = hardware
+        self.problems = _problems(problems_dir)
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        kinds, payloads = list(batch["kind"]), list(batch["payload"])
+        for i, (kind, payload) in enumerate(zip(kinds, payloads)):
+            if kind != "task":
+                continue
+            sample = Sample.model_validate_json(payload)
+            if not uses_cuda(sample):
+                continue
+            world = int(batch["world"][i])
+            built = apply_build(sample, build_sources(sample.source, self.settings), world,
+                                self.problems[sample.problem_id].meta.category)
+            if isinstance(built, Result):
+                kinds[i], payloads[i] = "result", built.model_copy(update=self.hardware).model_dump_json()
+            else:
+                payloads[i] = built.model_dump_json()
+        return {"kind": kinds, "payload": payloads, "world": list(batch["world"])}
+
+
+def sample_stream(rows: list[dict[str, Any]], cfg: SweepConfig, problems_dir: str | None, done: set):
+    """The Ray Data pipeline up to evaluation: rows -> validate/compile -> CUDA builds, streamed."""
+    settings = build_settings(cfg.hardware.arch, cfg.cache_path, cfg.eval.compile_timeout_s)
+    workers = cfg.eval.compile_workers or min(16, max(1, int(ray.cluster_resources().get("CPU", 1))))
+    ds = ray.data.from_items([{"row": json.dumps(r, default=str)} for r in rows])
+    ds = ds.flat_map(expand_row, fn_kwargs={"cfg": cfg.model_dump(mode="json"), "problems_dir": problems_dir,
+                                            "done": frozenset(done)})
+    ds = ds.map_batches(BuildCuda, batch_size=1, compute=ray.data.ActorPoolStrategy(min_size=1, max_size=workers),
+                        fn_constructor_kwargs={"settings": settings, "problems_dir": problems_dir,
+                                               "hardware": {"hardware": cfg.hardware.name,
+                                                            "device_backend": cfg.hardware.backend}},
+                        num_cpus=1, num_gpus=0, runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}})
+    return ds.iter_rows()
+
+
 def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str, Problem], results_dir: Path,
                  flush_every: int = 16, on_result: Callable[[Result], None] | None = None,
-                 resume: bool = True) -> list[Result]:
-    """Evaluate ``rows`` into ``results_dir``; with ``resume``, rows with a final result there are skipped."""
+                 resume: bool = True, problems_dir: str | None = None) -> list[Result]:
+    """Evaluate ``rows`` into ``results_dir``; with ``resume``, rows with a final result there are skipped.
+
+    Ray Data streams the rows through validation and compilation while the gang pool evaluates
+    what is ready; the pool's bounded intake (TaskFeed) is the backpressure. Identical samples are
+    evaluated once: later copies get the verdict (``duplicate_of``) as soon as it exists.
+    """
     done = finished(results_dir) if resume else set()
     results: list[Result] = []
     unflushed: list[Result] = []
+    lock = threading.Lock()  # results arrive from the feed thread (settled rows) and the pool (verdicts)
+    groups: dict[tuple, list[Sample]] = {}
+    verdicts: dict[tuple, Result] = {}
+    counts = Counter()
 
     def emit(result: Result) -> None:
-        results.append(result)
-        unflushed.append(result)
-        if on_result:
-            on_result(result)
-        if len(unflushed) >= flush_every:
-            write_results(unflushed, results_dir)
-            unflushed.clear()
+        with lock:
+            results.append(result)
+            unflushed.append(result)
+            if on_result:
+                on_result(result)
+            if len(unflushed) >= flush_every:
+                write_results(unflushed, results_dir)
+                unflushed.clear()
 
-    ready: list[tuple[Sample, int]] = []
-    skipped = 0
-    for row in rows:
-        for world in world_sizes_for(row, problems, cfg.hardware.world_sizes):
-            out = prepare(row, problems, world)
-            key = out.key if isinstance(out, Sample) else out.sample_key
-            if (key, world) in done:
-                skipped += 1
-            elif isinstance(out, Sample):
-                ready.append((out, world))
-            else:  # settled before any rank ran: still say where it would have run
-                emit(out.model_copy(update={"hardware": cfg.hardware.name, "device_backend": cfg.hardware.backend}))
-    if skipped:
-        log.info("resume: %d (sample, world size) pairs already have a final result in %s", skipped, results_dir)
-    ready = build_cuda(ready, cfg, problems, emit)
-    groups: dict[tuple, list[tuple[Sample, int]]] = {}
-    for sample, world in ready:
-        groups.setdefault(dedup_key(sample, world), []).append((sample, world))
-    unique = [members[0] for members in groups.values()]
-    if len(unique) < len(ready):
-        log.info("dedup: %d identical samples share %d evaluations", len(ready), len(unique))
-    try:
-        if unique:
-            _evaluate(unique, groups, cfg, emit)
-    finally:
-        if unflushed:
-            write_results(unflushed, results_dir)
-    return results
+    def tasks():
+        for item in sample_stream(rows, cfg, problems_dir, done):
+            counts[item["kind"]] += 1
+            if item["kind"] == "result":
+                emit(Result.model_validate_json(item["payload"]))
+            elif item["kind"] == "task":
+                sample, world = Sample.model_validate_json(item["payload"]), int(item["world"])
+                key = dedup_key(sample, world)
+                with lock:
+                    verdict = verdicts.get(key)
+                    first = key not in groups
+                    groups.setdefault(key, []).append(sample)
+                if verdict is not None:
+                    emit(as_duplicate(verdict, sample))
+                elif first:
+                    yield sample, world
 
-
-def _evaluate(unique: list[tuple[Sample, int]], groups: dict[tuple, list[tuple[Sample, int]]], cfg: SweepConfig,
-              emit: Callable[[Result], None]) -> None:
     pool = GangPool(cfg)
     t0 = time.monotonic()
     try:
-        for n, result in enumerate(pool.evaluate(unique), 1):
+        for n, result in enumerate(pool.evaluate(TaskFeed(tasks())), 1):
+            key = (result.problem_id, result.backend, result.world_size,
+                   hashlib.sha256(result.source.encode()).hexdigest())
+            with lock:
+                verdicts[key] = result
+                copies = groups.get(key, [])[1:]
             emit(result)
-            members = groups[(result.problem_id, result.backend, result.world_size,
-                              hashlib.sha256(result.source.encode()).hexdigest())]
-            for sample, _ in members[1:]:
+            for sample in copies:
                 emit(as_duplicate(result, sample))
-            log.info("[%d/%d] %s #%d W=%d %s on %s (%.1fs)", n, len(unique), result.problem_id, result.sample_index,
-                     result.world_size, result.status.value, result.gang, time.monotonic() - t0)
+            log.info("[%d evaluated, %d results] %s #%d W=%d %s on %s (%.1fs)", n, len(results), result.problem_id,
+                     result.sample_index, result.world_size, result.status.value, result.gang, time.monotonic() - t0)
     finally:
         pool.shutdown()
+        with lock:
+            if unflushed:
+                write_results(unflushed, results_dir)
+                unflushed.clear()
+    if counts["skip"]:
+        log.info("resume: %d (sample, world size) pairs already have a final result in %s", counts["skip"], results_dir)
+    return results

@@ -85,7 +85,8 @@ def run(cfg: SweepConfig, out_dir: Path) -> pd.DataFrame:
     results_dir = resolve_path(cfg.results_dir) if cfg.results_dir else out_dir / "results"
     log.info("%d samples of %d problems -> %s", len(rows), len(chosen), results_dir)
     start_ray(cfg)
-    run_pipeline(rows, cfg, problems, results_dir)
+    run_pipeline(rows, cfg, problems, results_dir,
+                 problems_dir=str(resolve_path(cfg.problems_dir)) if cfg.problems_dir else None)
     df = latest(read_results(results_dir))  # this run's rows and those of the runs it resumes
     print(format_summary(df), flush=True)
     tracker = Tracker(cfg.wandb, cfg.model_dump(mode="json"), out_dir, name=f"{cfg.model.name}-{cfg.hardware.name}")

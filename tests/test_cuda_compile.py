@@ -9,8 +9,9 @@ import ray
 
 from conftest import HOSTILE, REPO
 from pkb_ray.config import SweepConfig
+from pkb_ray.gang import NOSET_CUDA
 from pkb_ray.cuda import ENV_ARCH, ENV_CACHE, BuildSpec, CudaBuildError, build, find_sources, load_cuda
-from pkb_ray.pipeline import build_cuda
+from pkb_ray.pipeline import run_pipeline
 from pkb_ray.problem import load_problems
 from pkb_ray.schema import Result, Sample, Status
 from pkb_ray.stages.compile import CompilePool, build_settings
@@ -52,7 +53,8 @@ def test_a_broken_source_gives_the_compilers_message(tmp_path):
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    os.environ[NOSET_CUDA] = "1"
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
     yield
     ray.shutdown()
 
@@ -69,16 +71,13 @@ def test_compile_pool_builds_each_source_once_and_reports_errors(cluster, tmp_pa
         pool.shutdown()
 
 
-def test_pipeline_turns_nvcc_errors_into_results_and_ranks_only_load(cluster, tmp_path, make_harness, problems):
-    cfg = SweepConfig.model_validate({"cache_dir": str(tmp_path), "hardware": {"arch": "sm_90a"}})
-    samples = [Sample(problem_id="all_reduce", model="m", sample_index=i, backend="cuda", source=src)
-               for i, src in enumerate([PING, BROKEN])]
-    emitted: list[Result] = []
-    kept = build_cuda([(s, 2) for s in samples], cfg, problems, emitted.append)
-    assert [r.status for r in emitted] == [Status.COMPILE_ERROR] and "undeclared_value" in emitted[0].message
-    assert [s.sample_index for s, _ in kept] == [0] and kept[0][0].metadata["cuda_builds"]
-    builds = sorted(p.name for p in (tmp_path / "cuda").iterdir())
-    # a rank imports the candidate: load_cuda finds the build and the module runs (CPU ranks here)
-    result = make_harness(2, cache=tmp_path).evaluate(kept[0][0])
-    assert result.status == Status.CORRECT, result.message
-    assert sorted(p.name for p in (tmp_path / "cuda").iterdir()) == builds  # loaded, not rebuilt
+def test_pipeline_turns_nvcc_errors_into_results_and_ranks_only_load(cluster, tmp_path, problems):
+    cfg = SweepConfig.model_validate({"cache_dir": str(tmp_path), "hardware": {"arch": "sm_90a"},
+                                      "eval": {"trials": 2, "rounds": 5, "max_round_calls": 1, "prewarm": 0}})
+    rows = [{"problem_id": "all_reduce", "model": "m", "sample_index": i, "backend": "cuda", "source": src}
+            for i, src in enumerate([PING, BROKEN])]
+    results = {r.sample_index: r for r in run_pipeline(rows, cfg, problems, tmp_path / "results", resume=False)}
+    assert results[1].status == Status.COMPILE_ERROR and "undeclared_value" in results[1].message
+    # the rank imported the candidate: load_cuda found the compile stage's build and the module ran
+    assert results[0].status == Status.CORRECT, results[0].message
+    assert len(list((tmp_path / "cuda").iterdir())) == 1  # one build (the broken one leaves nothing)

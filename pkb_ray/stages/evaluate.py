@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import itertools
 import logging
+import queue
+import threading
 import time
 from collections import Counter, deque
 from typing import Iterable, Iterator
@@ -36,6 +38,51 @@ def node_gpus() -> dict[str, int]:
     return {n["NodeID"]: int(n["Resources"].get("GPU", 0)) for n in ray.nodes() if n["Alive"]}
 
 
+class TaskFeed:
+    """Tasks from a producer (a list, or a Ray Data stream) through a bounded queue, read without blocking.
+
+    A thread pulls from ``items`` and blocks while ``maxsize`` tasks wait: that is the backpressure
+    that keeps a fast upstream (compilation) from running unboundedly ahead of the gangs.
+    """
+
+    def __init__(self, items: Iterable[Task], maxsize: int = 64):
+        self._queue: queue.Queue = queue.Queue(maxsize=maxsize)
+        self._finished = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._pull, args=(items,), name="task-feed", daemon=True)
+        self._thread.start()
+
+    def _pull(self, items: Iterable[Task]) -> None:
+        try:
+            for item in items:
+                self._queue.put(item)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
+            self.error = exc
+        finally:
+            self._finished.set()
+
+    def take(self) -> list[Task]:
+        out = []
+        while True:
+            try:
+                out.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        if self.error is not None and not out:
+            raise RuntimeError(f"the task producer failed: {self.error!r}") from self.error
+        return out
+
+    def wait(self, timeout: float) -> None:
+        """Until a task arrives or the producer ends (at most ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        while self._queue.empty() and not self._finished.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    @property
+    def exhausted(self) -> bool:
+        return self._finished.is_set() and self._queue.empty()
+
+
 class GangPool:
     def __init__(self, cfg: SweepConfig):
         self.cfg = cfg
@@ -53,17 +100,25 @@ class GangPool:
             free[node] = free.get(node, 0) - g.world_size
         return free
 
-    def evaluate(self, tasks: Iterable[Task]) -> Iterator[Result]:
+    def evaluate(self, tasks: "Iterable[Task] | TaskFeed") -> Iterator[Result]:
+        """Results of ``tasks`` as they finish; tasks may keep arriving while gangs work (a TaskFeed)."""
+        feed = tasks if isinstance(tasks, TaskFeed) else TaskFeed(tasks)
         queues: dict[int, deque[Sample]] = {}
-        for sample, w in tasks:
-            queues.setdefault(w, deque()).append(sample)
         biggest = max(node_gpus().values(), default=0)
-        if any(w > biggest for w in queues):
-            raise RuntimeError(f"hardware.world_sizes: {sorted(w for w in queues if w > biggest)} need more GPUs "
-                               f"than any node of the Ray cluster has ({biggest})")
         pending: dict[ray.ObjectRef, tuple[str, GangHandle, Sample | None]] = {}
         idle: list[GangHandle] = []
         failed_starts = 0
+
+        def intake() -> bool:
+            """Move arrived tasks into the queues; True if a world size without a queue appeared."""
+            new = False
+            for sample, w in feed.take():
+                if w > biggest:
+                    raise RuntimeError(f"hardware.world_sizes: {w} needs more GPUs than any node of the Ray "
+                                       f"cluster has ({biggest})")
+                new |= w not in queues
+                queues.setdefault(w, deque()).append(sample)
+            return new
 
         def grow() -> None:
             if any(kind == "reserve" for kind, _, _ in pending.values()):
@@ -74,33 +129,49 @@ class GangPool:
                 self.gangs.append(handle)
                 pending[handle.pg.ready()] = ("reserve", handle, None)
 
+        def starving() -> bool:
+            """Some world size has work, no gang, and no room for one."""
+            have = Counter(g.world_size for g in self.gangs)
+            room = max(self._free_gpus().values(), default=0)
+            return any(q and not have[w] and w > room for w, q in queues.items())
+
         def restart(handle: GangHandle) -> None:
             stop_gang(handle, release=False)
             start_gang(self.cfg, handle, self._name(handle.world_size))
             pending[handle.actor.info.remote()] = ("start", handle, None)
             self.stats["restarted"] += 1
 
-        grow()
-        while any(queues.values()) or any(kind == "eval" for kind, _, _ in pending.values()):
+        while True:
+            if intake() or not self.gangs:
+                grow()
             for g in list(idle):
-                if queues[g.world_size]:
+                if queues.get(g.world_size):
                     sample = queues[g.world_size].popleft()
                     pending[g.actor.evaluate.remote(sample.model_dump(mode="json"))] = ("eval", g, sample)
                     idle.remove(g)
-            done_with = [g for g in idle if not queues[g.world_size]]
-            for g in done_with:  # no work left for this world size: its GPUs can serve another
+            # a gang whose world size has no work left gives its GPUs back: once no more tasks can come,
+            # or at once if another world size is waiting for room
+            done_with = [g for g in idle if not queues.get(g.world_size) and (feed.exhausted or starving())]
+            for g in done_with:
                 idle.remove(g)
                 self.gangs.remove(g)
                 stop_gang(g)
                 self.stats["stopped"] += 1
             if done_with:
                 grow()
+            evaluating = any(kind == "eval" for kind, _, _ in pending.values())
+            if feed.exhausted and not any(queues.values()) and not evaluating:
+                return
             if not pending:
-                raise RuntimeError("work is queued but no gang is running or starting")
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_LOG_S)
+                if any(queues.values()):
+                    raise RuntimeError("work is queued but no gang is running or starting")
+                feed.wait(1.0)  # nothing to do until more tasks arrive
+                continue
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=0.2 if not feed.exhausted else WAIT_LOG_S)
             if not done:
-                waiting = Counter(kind for kind, _, _ in pending.values())
-                log.info("gang pool: waiting on %s; queued %s", dict(waiting), {w: len(q) for w, q in queues.items()})
+                if feed.exhausted:
+                    waiting = Counter(kind for kind, _, _ in pending.values())
+                    log.info("gang pool: waiting on %s; queued %s", dict(waiting), {w: len(q) for w, q in queues.items()})
                 continue
             kind, handle, sample = pending.pop(done[0])
             if kind == "reserve":
@@ -119,6 +190,7 @@ class GangPool:
                         raise RuntimeError(f"gang {handle.name} failed to start {failed_starts} times: {exc}") from exc
                     restart(handle)
             else:
+                self.stats["evaluated"] += 1
                 try:
                     yield Result.model_validate(ray.get(done[0]))
                     idle.append(handle)
