@@ -28,6 +28,7 @@ from pkb_ray.schema import Result, Sample
 from pkb_ray.stages.compile import BuildSettings, apply_build, build_settings, build_sources, compile_sample, uses_cuda
 from pkb_ray.stages.evaluate import GangPool, TaskFeed
 from pkb_ray.stages.validate import validate
+from pkb_ray.telemetry import RunMetrics
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +160,10 @@ def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[st
     verdicts: dict[tuple, Result] = {}
     counts = Counter()
 
+    metrics = RunMetrics()
+
     def emit(result: Result) -> None:
+        metrics.result(result.status.value, result.world_size, 0.0 if result.duplicate_of else result.eval_seconds)
         with lock:
             results.append(result)
             unflushed.append(result)
@@ -176,6 +180,8 @@ def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[st
                 emit(Result.model_validate_json(item["payload"]))
             elif item["kind"] == "task":
                 sample, world = Sample.model_validate_json(item["payload"]), int(item["world"])
+                if "compile_seconds" in sample.metadata:
+                    metrics.compiled(float(sample.metadata["compile_seconds"]))
                 key = dedup_key(sample, world)
                 with lock:
                     verdict = verdicts.get(key)
@@ -186,7 +192,7 @@ def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[st
                 elif first:
                     yield sample, world
 
-    pool = GangPool(cfg)
+    pool = GangPool(cfg, metrics)
     t0 = time.monotonic()
     try:
         for n, result in enumerate(pool.evaluate(TaskFeed(tasks())), 1):
@@ -200,6 +206,9 @@ def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[st
                 emit(as_duplicate(result, sample))
             log.info("[%d evaluated, %d results] %s #%d W=%d %s on %s (%.1fs)", n, len(results), result.problem_id,
                      result.sample_index, result.world_size, result.status.value, result.gang, time.monotonic() - t0)
+            line = metrics.progress_line()
+            if line:
+                log.info("%s | gangs busy %.0f%% of their time", line, 100 * pool.busy_fraction)
     finally:
         pool.shutdown()
         with lock:

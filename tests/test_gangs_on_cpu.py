@@ -140,3 +140,19 @@ def test_pipeline_evaluates_identical_sources_once_and_resumes_without_repeating
     # the same sweep again: everything already has a final result, nothing is evaluated or written
     again = run_pipeline(rows, cfg, problems, tmp_path / "results")
     assert again == [] and len(read_results(tmp_path / "results")) == 3
+    # the run's numbers reached Ray's metrics endpoint (what the dashboard reads)
+    assert 'status="correct"' in scrape("ray_pkb_results") and scrape("ray_pkb_gang_busy_fraction")
+
+
+def scrape(metric: str, within_s: float = 30.0) -> str:
+    """Lines of ``metric`` on this node's Prometheus endpoint, once Ray has exported them."""
+    import urllib.request
+
+    port = ray.nodes()[0]["MetricsExportPort"]
+    deadline = time.monotonic() + within_s
+    while True:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        lines = "\n".join(line for line in body.splitlines() if line.startswith(metric))
+        if lines or time.monotonic() > deadline:
+            return lines
+        time.sleep(1)

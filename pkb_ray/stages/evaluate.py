@@ -25,6 +25,7 @@ from pkb_ray.config import SweepConfig
 from pkb_ray.gang import GangHandle, bundle_devices, reserve, start_gang, stop_gang
 from pkb_ray.placement import plan_gangs
 from pkb_ray.schema import Result, Sample, Status
+from pkb_ray.telemetry import RunMetrics
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +85,18 @@ class TaskFeed:
 
 
 class GangPool:
-    def __init__(self, cfg: SweepConfig):
+    def __init__(self, cfg: SweepConfig, metrics: RunMetrics | None = None):
         self.cfg = cfg
+        self.metrics = metrics
         self.gangs: list[GangHandle] = []
         self._ids = itertools.count()
-        self.stats = Counter()  # gangs started, restarted, stopped
+        self.stats = Counter()  # gangs started, restarted, stopped; samples evaluated
+        self.busy_s = 0.0  # gang-seconds inside samples (dispatch to result)
+        self.alive_s = 0.0  # gang-seconds of ready gangs
+
+    @property
+    def busy_fraction(self) -> float:
+        return self.busy_s / self.alive_s if self.alive_s else 0.0
 
     def _name(self, world_size: int) -> str:
         return f"gang-w{world_size}-{next(self._ids)}"
@@ -107,7 +115,19 @@ class GangPool:
         biggest = max(node_gpus().values(), default=0)
         pending: dict[ray.ObjectRef, tuple[str, GangHandle, Sample | None]] = {}
         idle: list[GangHandle] = []
+        ready: set[str] = set()  # gangs whose actor is up
+        dispatched: dict[ray.ObjectRef, float] = {}
         failed_starts = 0
+        clock = [time.monotonic(), 0.0]  # last tick, last metrics push
+
+        def tick() -> None:
+            now = time.monotonic()
+            self.alive_s += len(ready) * (now - clock[0])
+            clock[0] = now
+            if self.metrics and now - clock[1] >= 1.0:
+                clock[1] = now
+                busy = sum(kind == "eval" for kind, _, _ in pending.values())
+                self.metrics.pool({w: len(q) for w, q in queues.items()}, len(ready), busy, self.busy_fraction)
 
         def intake() -> bool:
             """Move arrived tasks into the queues; True if a world size without a queue appeared."""
@@ -142,18 +162,21 @@ class GangPool:
             self.stats["restarted"] += 1
 
         while True:
+            tick()
             if intake() or not self.gangs:
                 grow()
             for g in list(idle):
                 if queues.get(g.world_size):
                     sample = queues[g.world_size].popleft()
-                    pending[g.actor.evaluate.remote(sample.model_dump(mode="json"))] = ("eval", g, sample)
+                    ref = g.actor.evaluate.remote(sample.model_dump(mode="json"))
+                    pending[ref], dispatched[ref] = ("eval", g, sample), time.monotonic()
                     idle.remove(g)
             # a gang whose world size has no work left gives its GPUs back: once no more tasks can come,
             # or at once if another world size is waiting for room
             done_with = [g for g in idle if not queues.get(g.world_size) and (feed.exhausted or starving())]
             for g in done_with:
                 idle.remove(g)
+                ready.discard(g.name)
                 self.gangs.remove(g)
                 stop_gang(g)
                 self.stats["stopped"] += 1
@@ -184,6 +207,7 @@ class GangPool:
                     ray.get(done[0])
                     failed_starts = 0
                     idle.append(handle)
+                    ready.add(handle.name)
                 except RayActorError as exc:
                     failed_starts += 1
                     if failed_starts >= MAX_FAILED_STARTS:
@@ -191,6 +215,7 @@ class GangPool:
                     restart(handle)
             else:
                 self.stats["evaluated"] += 1
+                self.busy_s += time.monotonic() - dispatched.pop(done[0])
                 try:
                     yield Result.model_validate(ray.get(done[0]))
                     idle.append(handle)
@@ -198,6 +223,7 @@ class GangPool:
                     yield Result.for_sample(sample, Status.CRASH, f"the gang evaluating this sample died: {exc}",
                                             world_size=handle.world_size, hardware=self.cfg.hardware.name,
                                             device_backend=self.cfg.hardware.backend, gang=handle.name)
+                    ready.discard(handle.name)
                     restart(handle)
 
     def shutdown(self) -> None:
