@@ -145,7 +145,7 @@ def sample_stream(rows: list[dict[str, Any]], cfg: SweepConfig, problems_dir: st
 
 def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str, Problem], results_dir: Path,
                  flush_every: int = 16, on_result: Callable[[Result], None] | None = None,
-                 resume: bool = True, problems_dir: str | None = None) -> list[Result]:
+                 resume: bool = True, problems_dir: str | None = None, report: dict | None = None) -> list[Result]:
     """Evaluate ``rows`` into ``results_dir``; with ``resume``, rows with a final result there are skipped.
 
     Ray Data streams the rows through validation and compilation while the gang pool evaluates
@@ -211,6 +211,9 @@ def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[st
                 log.info("%s | gangs busy %.0f%% of their time", line, 100 * pool.busy_fraction)
     finally:
         pool.shutdown()
+        if report is not None:  # for benchmarks
+            report.update(evaluated=pool.stats["evaluated"], busy_fraction=pool.busy_fraction,
+                          busy_s=pool.busy_s, alive_s=pool.alive_s)
         with lock:
             if unflushed:
                 write_results(unflushed, results_dir)
