@@ -5,7 +5,8 @@
 
 pkb_ray: ``--samples`` synthetic samples (scripts/make_samples.py, hangs and crashes included)
 through ``run_pipeline`` on a local Ray: samples/hour, per-sample latency percentiles (handed to a
-gang until its result) and the gangs' busy fraction (time inside samples / gang time alive).
+gang until its result) and the GPU-busy fraction: time gangs spent inside samples over wall time
+x gangs (from Ray start-up to the last result), and over the time the gangs were up.
 
 naive: the first ``--naive`` of the same samples (hangs left out: a naive harness has no answer
 to them but its own timeout) evaluated the way PyTorch-only harnesses do: for each of 5 trials,
@@ -61,6 +62,7 @@ def ours(rows: list[dict], args, tmp: Path) -> dict:
     t0 = time.monotonic()
     results = run_pipeline(rows, cfg, load_problems(), tmp / "results", report=report)
     wall = time.monotonic() - t0
+    gangs = int(ray.cluster_resources().get("GPU", 0)) // args.world_size  # all GPUs in W-gangs
     latency = [r.eval_seconds for r in results if r.eval_seconds and not r.duplicate_of]
     statuses: dict[str, int] = {}
     for r in results:
@@ -68,7 +70,9 @@ def ours(rows: list[dict], args, tmp: Path) -> dict:
     return {"samples": len(results), "evaluated": report.get("evaluated"), "wall_s": wall,
             "samples_per_hour": len(results) / wall * 3600, "latency_s_p50": percentile(latency, 0.5),
             "latency_s_p90": percentile(latency, 0.9), "latency_s_p99": percentile(latency, 0.99),
-            "gang_busy_fraction": report.get("busy_fraction"), "statuses": statuses}
+            "gang_busy_fraction": report.get("busy_fraction"),  # of the time gangs were up
+            "gpu_busy_fraction_of_wall": report.get("busy_s", 0.0) / (wall * gangs), "gangs": gangs,
+            "statuses": statuses}
 
 
 def naive(rows: list[dict], args, tmp: Path) -> dict:

@@ -60,3 +60,28 @@ def test_sweep_on_shipped_set(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"{len(shipped)} (sample, world size) pairs already have a final result" in again.stdout + again.stderr
     assert len(read_results(run_dir / "results")) == len(shipped) and "ALL" in again.stdout
+
+
+def test_a_killed_driver_loses_nothing_written_and_a_resume_duplicates_nothing(tmp_path):
+    import signal
+    import time
+
+    results = tmp_path / "results"
+    env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
+    cmd = [sys.executable, "-m", "pkb_ray.sweep", f"hydra.run.dir={tmp_path / 'run1'}", "ray.include_dashboard=false",
+           "eval.timeout_s=8", "eval.rounds=30", f"cache_dir={tmp_path / 'cache'}", f"results_dir={results}"]
+    driver = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and len(read_results(results)) < 16:  # the first flush (16 rows)
+        time.sleep(0.5)
+    os.kill(driver.pid, signal.SIGKILL)  # mid-run, no clean-up
+    driver.wait()
+    written = read_results(results)
+    assert 16 <= len(written) < 25 and written["sample_key"].is_unique
+    # a file cut short by the kill would be a *.parquet.tmp, which readers never pick up
+    again = sweep(tmp_path, tmp_path / "run2", f"results_dir={results}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    final = read_results(results)
+    shipped = read_samples(REPO / "samples" / "replay")
+    assert len(final) == len(shipped) and final["sample_key"].is_unique
+    assert set(written["sample_key"]) <= set(final["sample_key"])
