@@ -34,5 +34,3 @@ def test_each_variant_gets_the_status_it_promises(make_harness, problems, varian
     result = make_harness(2, timeout_s=5).evaluate(
         Sample(problem_id="all_reduce", model="t", sample_index=0, source=source))
     assert result.status.value in expect.split("|"), result.message
-    if variant == "twice":
-        assert result.speedup < 0.8  # twice the work is measured slower
