@@ -56,16 +56,22 @@ def prepare(row: dict[str, Any], problems: dict[str, Problem], world_size: int) 
     return out
 
 
+def build(sample: Sample, world_size: int, problems: dict[str, Problem], settings: BuildSettings) -> Sample | Result:
+    """The CUDA builds of one sample in this process (nothing to do for pure Python)."""
+    if not uses_cuda(sample):
+        return sample
+    return apply_build(sample, build_sources(sample.source, settings), world_size,
+                       problems[sample.problem_id].meta.category)
+
+
 def prepare_here(row: dict[str, Any], problems: dict[str, Problem], world_size: int,
                  settings: BuildSettings) -> Sample | Result:
     """:func:`prepare`, then any CUDA builds in this process (for scripts that run without Ray)."""
     out = prepare(row, problems, world_size)
-    if isinstance(out, Sample) and uses_cuda(out):
-        out = apply_build(out, build_sources(out.source, settings), world_size, problems[out.problem_id].meta.category)
-    return out
+    return build(out, world_size, problems, settings) if isinstance(out, Sample) else out
 
 
-def dedup_key(sample: Sample, world: int) -> tuple:
+def dedup_key(sample: Sample | Result, world: int) -> tuple:
     """Samples with the same key get the same verdict: evaluate one, copy it to the others."""
     return (sample.problem_id, sample.backend, world, hashlib.sha256(sample.source.encode()).hexdigest())
 
@@ -118,9 +124,7 @@ class BuildCuda:
             sample = Sample.model_validate_json(payload)
             if not uses_cuda(sample):
                 continue
-            world = int(batch["world"][i])
-            built = apply_build(sample, build_sources(sample.source, self.settings), world,
-                                self.problems[sample.problem_id].meta.category)
+            built = build(sample, int(batch["world"][i]), self.problems, self.settings)
             if isinstance(built, Result):
                 kinds[i], payloads[i] = "result", built.model_copy(update=self.hardware).model_dump_json()
             else:
@@ -196,8 +200,7 @@ def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[st
     t0 = time.monotonic()
     try:
         for n, result in enumerate(pool.evaluate(TaskFeed(tasks())), 1):
-            key = (result.problem_id, result.backend, result.world_size,
-                   hashlib.sha256(result.source.encode()).hexdigest())
+            key = dedup_key(result, result.world_size)
             with lock:
                 verdicts[key] = result
                 copies = groups.get(key, [])[1:]
