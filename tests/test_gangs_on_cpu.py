@@ -63,12 +63,12 @@ def test_gangs_of_two_world_sizes_work_side_by_side_and_survive_hostile_samples(
     # the hang and the crash cost no gang its actor (the W=2 work may also have moved to a gang
     # started on the W=4 gang's GPUs once W=4 ran dry: that is the pool rebalancing)
     assert pool.stats["restarted"] == 0
-    # 6 GPUs: one W=4 gang and one W=2 gang at once, and their samples overlapped in time
+    # 6 GPUs: one W=4 gang and one W=2 gang held their GPUs at once (whether their samples also
+    # overlap in time depends on how fast 2 cores start 6 rank processes, so it is not asserted)
     w2 = [r for r in results.values() if r.world_size == 2]
     w4 = [r for r in results.values() if r.world_size == 4]
     assert all(r.gang.startswith("gang-w4-") for r in w4) and all(r.gang.startswith("gang-w2-") for r in w2)
-    assert min(r.finished_at for r in w4) > min(r.started_at for r in w2)
-    assert min(r.finished_at for r in w2) > min(r.started_at for r in w4)
+    assert pool.stats["peak_gangs"] == 2
     # nothing left behind: no gang actor, no rank process (prewarmed ones included)
     assert gang_actors() == []
     assert rank_processes_left(tmp_path / "cache") == []

@@ -90,7 +90,8 @@ class GangPool:
         self.metrics = metrics
         self.gangs: list[GangHandle] = []
         self._ids = itertools.count()
-        self.stats = Counter()  # gangs started, restarted, stopped; samples evaluated
+        # gangs started, restarted, stopped; samples evaluated; most gangs holding GPUs at once
+        self.stats = Counter()
         self.busy_s = 0.0  # gang-seconds inside samples (dispatch to result)
         self.alive_s = 0.0  # gang-seconds of ready gangs
 
@@ -148,6 +149,7 @@ class GangPool:
                 handle = reserve(w, self._name(w))
                 self.gangs.append(handle)
                 pending[handle.pg.ready()] = ("reserve", handle, None)
+            self.stats["peak_gangs"] = max(self.stats["peak_gangs"], len(self.gangs))
 
         def starving() -> bool:
             """Some world size has work, no gang, and no room for one."""
