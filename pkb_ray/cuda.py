@@ -32,10 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-BUILD_VERSION = 1  # bump when the build command changes: old cache entries are then ignored
+BUILD_VERSION = 2  # bump when the build command changes: old cache entries are then ignored
 DEFAULT_ARCH = "sm_90a"
 ENV_ARCH, ENV_CACHE, ENV_TIMEOUT = "PKB_CUDA_ARCH", "PKB_CUDA_CACHE", "PKB_CUDA_BUILD_TIMEOUT"
 LOADER_NAMES = ("load_cuda",)
+# Headers candidates may include (``#include <pkb_ray/peer.cuh>``); part of every build's key.
+INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 
 ARG_TYPES = {"ptr": ctypes.c_void_p, "stream": ctypes.c_void_p, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
              "u64": ctypes.c_uint64, "f32": ctypes.c_float, "f64": ctypes.c_double}
@@ -61,6 +63,15 @@ def nvcc_version() -> str:
     return out.strip().splitlines()[-1] if out.strip() else "unknown"
 
 
+@functools.lru_cache(maxsize=1)
+def headers_digest() -> str:
+    h = hashlib.sha256()
+    for path in sorted(INCLUDE_DIR.rglob("*")):
+        if path.is_file():
+            h.update(str(path.relative_to(INCLUDE_DIR)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
 @dataclass(frozen=True)
 class BuildSpec:
     source: str
@@ -68,13 +79,13 @@ class BuildSpec:
     flags: tuple[str, ...] = ()
 
     def key(self) -> str:
-        """Content hash: source, flags, architecture, compiler and our build recipe."""
-        blob = json.dumps([BUILD_VERSION, self.source, self.arch, list(self.flags), nvcc_version()])
+        """Content hash: source, flags, architecture, compiler, our headers and build recipe."""
+        blob = json.dumps([BUILD_VERSION, self.source, self.arch, list(self.flags), nvcc_version(), headers_digest()])
         return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
     def command(self, src: Path, out: Path) -> list[str]:
         return [nvcc_path(), "-shared", "-Xcompiler", "-fPIC", "-O3", f"-arch={self.arch}", "-std=c++17",
-                *self.flags, "-o", str(out), str(src)]
+                f"-I{INCLUDE_DIR}", *self.flags, "-o", str(out), str(src)]
 
 
 def build(spec: BuildSpec, cache_dir: Path, timeout_s: float = 300.0) -> Path:
@@ -194,3 +205,23 @@ def symmetric_buffer(numel: int, dtype, device, tag: str = ""):
         ptrs = torch.tensor(handle.buffer_ptrs, dtype=torch.int64, device=device)
         _symmetric[key] = (buf, handle, ptrs)
     return _symmetric[key]
+
+
+_pads: dict = {}
+
+
+def signal_pads(handle, device):
+    """(int64 tensor of every rank's signal-pad address on ``device``, slots per pad) of ``handle``.
+
+    For the barriers of ``pkb_ray/peer.cuh``: a kernel of ``blocks`` blocks using
+    ``block_barrier`` needs ``world * blocks`` slots, so launch at most ``slots // world`` blocks.
+    """
+    import torch
+
+    key = id(handle)
+    if key not in _pads:
+        ptrs = torch.tensor(handle.signal_pad_ptrs, dtype=torch.int64, device=device)
+        size = getattr(handle, "signal_pad_size", 2048)  # older torch: fixed 2048-byte pads
+        _pads[key] = (ptrs, int(size) // 4, handle)  # keep handle alive: its id stays unique
+    ptrs, slots, _ = _pads[key]
+    return ptrs, slots

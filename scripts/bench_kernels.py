@@ -3,8 +3,9 @@
     python3 scripts/bench_kernels.py --device cuda --out docs/bench_kernels_h200x2.json   # GPU machine
     .venv/bin/python scripts/bench_kernels.py --device cpu --max-bytes 65536 --out /tmp/k.json  # gloo, a check
 
-For every kernel in kernels/<problem>/ of a problem with a ``numel`` knob, and every message size
-from ``--min-bytes`` to ``--max-bytes`` (x4 steps; bytes of one rank's input), one evaluation:
+For every kernel in kernels/<problem>/ of a problem with a ``numel`` knob (and all-to-all, sized
+by rows of ``A2A_DIM`` elements), and every message size from ``--min-bytes`` to ``--max-bytes``
+(x4 steps; bytes of one rank's input), one evaluation:
 correctness trials, then reference and kernel timed interleaved (pkb_ray/timing.py). Prints and
 writes per size: status, reference and kernel time, speedup, bus bandwidth of both (the
 nccl-tests convention) and the kernel's fraction of speed of light. torch's own symmetric-memory
@@ -31,15 +32,24 @@ from pkb_ray.schema import Sample  # noqa: E402
 from pkb_ray.stages.compile import build_settings  # noqa: E402
 
 
+A2A_DIM = 1024  # all-to-all rows: 4 KiB in float32, 2 KiB in bfloat16
+
+
 def bus_factor(problem: str, world: int) -> float:
-    """Bus bandwidth = factor x bytes per rank / time (nccl-tests: all-reduce 2(W-1)/W; gather/scatter (W-1))."""
-    return 2 * (world - 1) / world if problem == "all_reduce" else float(world - 1)
+    """Bus bandwidth = factor x bytes per rank / time (nccl-tests conventions, with bytes per rank:
+    all-reduce 2(W-1)/W; all-gather (W-1) of one shard; reduce-scatter and all-to-all (W-1)/W)."""
+    if problem == "all_reduce":
+        return 2 * (world - 1) / world
+    return float(world - 1) if problem == "all_gather" else (world - 1) / world
 
 
-def numel_for(problem: str, nbytes: int, itemsize: int, world: int) -> int:
-    """``numel`` knob giving ``nbytes`` of input per rank (reduce-scatter's input holds W chunks)."""
+def knobs_for(problem: str, nbytes: int, itemsize: int, world: int) -> dict:
+    """Size knobs giving about ``nbytes`` of input per rank (reduce-scatter's input holds W chunks;
+    all-to-all's splits are random around rows_per_peer, so its bytes are a mean)."""
     per_rank = nbytes // itemsize
-    return per_rank // world if problem == "reduce_scatter" else per_rank
+    if problem == "all_to_all":
+        return {"rows_per_peer": max(1, per_rank // (world * A2A_DIM)), "dim": A2A_DIM}
+    return {"numel": per_rank // world if problem == "reduce_scatter" else per_rank}
 
 
 def _row(row: dict, pid: str, nbytes: int, world: int, r) -> dict:
@@ -69,13 +79,14 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--only", help="comma-separated kernel files (problem/file.py) to run")
     ap.add_argument("--prewarm", type=int, default=None, help="rank sets started ahead (default: 2 on GPU, 0 on CPU)")
+    ap.add_argument("--timeout", type=float, default=60.0, help="per evaluation, seconds")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     w = args.world_size
     args.prewarm = args.prewarm if args.prewarm is not None else (2 if args.device == "cuda" else 0)
     problems = load_problems()
     rows = [r for r in read_samples(REPO / "kernels", model="kernels")
-            if "numel" in problems[r["problem_id"]].meta.sizes["default"]]
+            if "numel" in problems[r["problem_id"]].meta.sizes["default"] or r["problem_id"] == "all_to_all"]
     if args.only:
         rows = [r for r in rows if r["metadata"]["file"] in args.only.split(",")]
     devices = [f"cuda:{i}" for i in range(w)] if args.device == "cuda" else ["cpu"] * w
@@ -88,25 +99,32 @@ def main() -> int:
         sizes.append(n)
         n *= 4
     report = []
+
+    def save() -> None:  # after every size too: a run cut short keeps what it measured
+        if args.out:
+            args.out.write_text(json.dumps({"device": args.device, "world_size": w, "dtype": args.dtype,
+                                            "min_bytes": args.min_bytes, "rows": report}, indent=2) + "\n")
+
     with tempfile.TemporaryDirectory() as tmp:
         settings = build_settings(hw.arch, Path(tmp) / "cache", 300)
         for nbytes in sizes:
             for pid in sorted({r["problem_id"] for r in rows}):
-                knobs = {"numel": numel_for(pid, nbytes, itemsize, w)}
+                knobs = knobs_for(pid, nbytes, itemsize, w)
+                count = sum(r["problem_id"] == pid for r in rows)
                 cfg = EvalConfig(trials=2, timing_sets=2, warmup=5, rounds=args.rounds, size=knobs,
-                                 dtype=args.dtype, timeout_s=120, prewarm=args.prewarm,
+                                 dtype=args.dtype, timeout_s=args.timeout, prewarm=min(args.prewarm, count),
                                  max_round_calls=1 if args.device == "cpu" else 500)
                 harness = Harness(devices, cfg, hw, problems, work_dir=Path(tmp) / "work", cache_dir=Path(tmp) / "cache")
                 try:
                     for row in (r for r in rows if r["problem_id"] == pid):
                         sample = prepare_here(row, problems, w, settings)
                         r = harness.evaluate(sample) if isinstance(sample, Sample) else sample
-                        report.append(_row(row, pid, nbytes, w, r))
+                        real = (w * knobs["rows_per_peer"] * A2A_DIM * itemsize) if pid == "all_to_all" else nbytes
+                        report.append(_row(row, pid, real, w, r))
                 finally:
                     harness.close()
-    if args.out:
-        args.out.write_text(json.dumps({"device": args.device, "world_size": w, "dtype": args.dtype,
-                                        "rows": report}, indent=2) + "\n")
+            save()
+    save()
     return 0 if all(x["status"] == "correct" for x in report) else 1
 
 

@@ -81,3 +81,15 @@ def test_pipeline_turns_nvcc_errors_into_results_and_ranks_only_load(cluster, tm
     # the rank imported the candidate: load_cuda found the compile stage's build and the module ran
     assert results[0].status == Status.CORRECT, results[0].message
     assert len(list((tmp_path / "cuda").iterdir())) == 1  # one build (the broken one leaves nothing)
+
+
+def test_every_expert_kernel_builds_here_with_the_shipped_device_header(tmp_path):
+    kernels = sorted((REPO / "kernels").rglob("*.py"))
+    sources = [(k, s, f) for k in kernels for s, f in find_sources(k.read_text())]
+    assert len(sources) >= 5  # all-reduce x2, all-gather, reduce-scatter, all-to-all
+    for path, source, flags in sources:
+        lib = build(BuildSpec(source, "sm_90a", flags), tmp_path / "cache")  # raises with nvcc's message
+        assert lib.exists(), path
+    # the header is part of every build's key: a candidate including it is rebuilt when it changes
+    assert any("pkb_ray/peer.cuh" in s for _, s, _ in sources)
+    assert "-I" + str(REPO / "pkb_ray" / "include") in BuildSpec("x").command(Path("a.cu"), Path("a.so"))

@@ -1,66 +1,76 @@
 # expect: correct
 # backend: cuda
-# variant: all-gather in CUDA C++: each rank copies its shard into a symmetric buffer, then one kernel pulls every peer's shard over NVLink (16-byte loads when aligned)
-"""All-gather by direct reads of the peers' symmetric buffers.
+# variant: all-gather as one CUDA kernel per call: each rank copies its shard into a symmetric buffer, then (after a per-block barrier on the signal pads) pulls every peer's shard over NVLink with 16-byte loads
+"""All-gather by direct reads of the peers' symmetric buffers, one kernel per call.
 
-Per call, on the current stream: copy x into this rank's buffer; barrier; one kernel copies
-shard r (read from rank r's buffer through its peer pointer) to out[r * n : (r + 1) * n] for
-every r; barrier (no rank refills its buffer while a peer still reads it). Pure data movement,
-so any dtype works: the kernel copies bytes.
+In the kernel: block b copies its share of x into this rank's symmetric buffer; barrier with
+block b of every peer (``pkb::block_barrier``); block b copies the same share of every rank's
+buffer into out[r * n : (r + 1) * n]; barrier (nobody refills its buffer while a peer still reads
+it). Pure data movement, so any dtype works: the kernel moves bytes, 16 at a time when every
+address and the size allow, else one at a time.
 """
 
 import torch
 import torch.distributed as dist
 
-from pkb_ray.cuda import load_cuda, symmetric_buffer
+from pkb_ray.cuda import load_cuda, signal_pads, symmetric_buffer
 
 SOURCE = r"""
-#include <cuda_runtime.h>
-#include <stdint.h>
+#include <pkb_ray/peer.cuh>
 
-// out[r * bytes + i] = bufs[r][i], for every rank r; vec = 16 when every address and size allow.
-__global__ void gather_peers(const char* const* bufs, int world, char* out, long bytes, int vec) {
-    long stride = (long)gridDim.x * blockDim.x;
-    long first = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    for (int r = 0; r < world; ++r) {
-        const char* src = bufs[r];
-        char* dst = out + r * bytes;
-        if (vec == 16) {
-            for (long i = first; i < bytes / 16; i += stride)
-                reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
-        } else {
-            for (long i = first; i < bytes; i += stride) dst[i] = src[i];
-        }
+template <typename V>
+__global__ void gather_peers(const V* x, V* const* bufs, uint32_t* const* pads, V* out, long units, int rank,
+                             int world) {
+    const long stride = (long)gridDim.x * blockDim.x, first = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    for (long i = first; i < units; i += stride) bufs[rank][i] = x[i];
+    pkb::block_barrier(pads, rank, world);
+    for (int k = 0; k < world; ++k) {
+        const int r = (rank + k) % world;  // start with our own shard, then the peers in turn
+        const V* src = bufs[r];
+        V* dst = out + r * units;
+        for (long i = first; i < units; i += stride) dst[i] = src[i];
     }
+    pkb::block_barrier(pads, rank, world);
 }
 
-extern "C" int gather_peers_launch(void* bufs, int world, void* out, long bytes, int vec, void* stream) {
-    long units = vec == 16 ? bytes / 16 : bytes;
-    long blocks = (units + 255) / 256;
-    int grid = (int)(blocks < 1 ? 1 : (blocks > 1024 ? 1024 : blocks));
-    gather_peers<<<grid, 256, 0, (cudaStream_t)stream>>>((const char* const*)bufs, world, (char*)out, bytes, vec);
+template <typename V>
+static int launch(void* x, void* bufs, void* pads, void* out, long units, int rank, int world, int max_blocks,
+                  void* stream) {
+    long blocks = (units + 511) / 512;
+    blocks = blocks < 1 ? 1 : (blocks > max_blocks ? max_blocks : blocks);
+    gather_peers<V><<<(int)blocks, 512, 0, (cudaStream_t)stream>>>((const V*)x, (V* const*)bufs,
+                                                                    (uint32_t* const*)pads, (V*)out, units,
+                                                                    rank, world);
     return (int)cudaGetLastError();
+}
+
+// bytes: one shard; vec16: every address and the size are multiples of 16
+extern "C" int gather_peers_launch(void* x, void* bufs, void* pads, void* out, long bytes, int rank, int world,
+                                   int vec16, int max_blocks, void* stream) {
+    return vec16 ? launch<uint4>(x, bufs, pads, out, bytes / 16, rank, world, max_blocks, stream)
+                 : launch<char>(x, bufs, pads, out, bytes, rank, world, max_blocks, stream);
 }
 """
 
-lib = load_cuda(SOURCE, functions={"gather_peers_launch": ["ptr", "i32", "ptr", "i64", "i32", "stream"]})
+lib = load_cuda(SOURCE, functions={"gather_peers_launch": ["ptr", "ptr", "ptr", "ptr", "i64", "i32", "i32", "i32",
+                                                           "i32", "stream"]})
+MAX_BLOCKS = 264  # two blocks of 512 threads per SM of an H100/H200 (132 SMs)
 
 
 def solution(x: torch.Tensor) -> torch.Tensor:
-    world = dist.get_world_size()
-    if not x.is_cuda:  # CPU runs (gloo): the reference's way
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if not x.is_cuda or x.numel() == 0:  # CPU runs (gloo): the reference's way
         out = x.new_empty(world * x.numel())
         dist.all_gather(list(out.chunk(world)), x.contiguous())
         return out
+    x = x.contiguous()
     buf, handle, ptrs = symmetric_buffer(x.numel(), x.dtype, x.device)
-    buf.copy_(x.reshape(-1))
-    handle.barrier(channel=0)
+    pads, slots = signal_pads(handle, x.device)
     out = x.new_empty(world * x.numel())
     nbytes = x.numel() * x.element_size()
-    vec = 16 if nbytes % 16 == 0 and out.data_ptr() % 16 == 0 else 1
-    err = lib.gather_peers_launch(ptrs.data_ptr(), world, out.data_ptr(), nbytes, vec,
-                                  torch.cuda.current_stream().cuda_stream)
+    vec16 = nbytes % 16 == 0 and x.data_ptr() % 16 == 0 and out.data_ptr() % 16 == 0
+    err = lib.gather_peers_launch(x.data_ptr(), ptrs.data_ptr(), pads.data_ptr(), out.data_ptr(), nbytes, rank, world,
+                                  int(vec16), min(MAX_BLOCKS, slots // world), torch.cuda.current_stream().cuda_stream)
     if err:
         raise RuntimeError(f"gather_peers launch failed: cudaError {err}")
-    handle.barrier(channel=0)
     return out
