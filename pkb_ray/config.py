@@ -33,6 +33,19 @@ class ProblemsConfig(_Strict):
     categories: list[str] | None = None
 
 
+class BackendConfig(_Strict):
+    """Which kinds of solution a run evaluates (and, with generation, asks for)."""
+
+    name: str = "all"
+    backends: list[Literal["torch", "cuda", "triton"]] | None = Field(
+        None, description="None: every backend; else only samples written for these")
+
+
+class ToleranceOverride(_Strict):
+    atol: float = Field(ge=0)
+    rtol: float = Field(ge=0)
+
+
 class EvalConfig(_Strict):
     trials: int = Field(3, ge=1, description="correctness trials, each on fresh random inputs")
     timing_sets: int = Field(3, ge=1, description="input sets rotated through the timed iterations")
@@ -51,6 +64,12 @@ class EvalConfig(_Strict):
     prewarm: int = Field(1, ge=0, le=8, description="rank sets started ahead while samples run (0: none)")
     quiet_timing: bool = Field(True, description="never start a rank set while a sample is timed; prewarmed sets "
                                                  "then start in batches (see Harness.prewarm)")
+    tolerances: dict[str, dict[str, ToleranceOverride]] = Field(
+        default_factory=dict, description="problem id (or '*' for all) -> dtype -> {atol, rtol}: replaces the "
+                                          "problem's own tolerance, e.g. {all_reduce: {bfloat16: {atol: 0.05, rtol: 0.05}}}")
+
+    def tolerance_override(self, problem_id: str, dtype: str) -> ToleranceOverride | None:
+        return self.tolerances.get(problem_id, {}).get(dtype) or self.tolerances.get("*", {}).get(dtype)
 
 
 class HardwareConfig(_Strict):
@@ -90,7 +109,10 @@ class HardwareConfig(_Strict):
 
 class RayConfig(_Strict):
     address: str | None = Field(None, description="None: start a local Ray; 'auto' or host:port to join one")
-    num_cpus: int | None = None
+    num_cpus: int | None = Field(None, ge=1, description="a local Ray's CPUs; None: all of the machine's")
+    num_gpus: int | None = Field(None, ge=0, description="a local Ray's GPUs; None: detected (CPU runs: logical "
+                                                         "GPUs, hardware.gpus_per_node x nodes)")
+    resources: dict[str, float] = Field(default_factory=dict, description="custom resources of a local Ray")
     include_dashboard: bool = False
 
 
@@ -98,12 +120,15 @@ class WandbConfig(_Strict):
     mode: Literal["offline", "online", "disabled"] = "offline"
     project: str = "pkb_ray"
     entity: str | None = None
-    group: str | None = None
+    group: str | None = Field(None, description="None: the sweep's folder name under -m, so a sweep's runs group "
+                                                "together; no group for a single run")
+    tags: list[str] = Field(default_factory=list)
 
 
 class SweepConfig(_Strict):
     model: ModelConfig = ModelConfig()
     problems: ProblemsConfig = ProblemsConfig()
+    backend: BackendConfig = BackendConfig()
     eval: EvalConfig = EvalConfig()
     hardware: HardwareConfig = HardwareConfig()
     ray: RayConfig = RayConfig()

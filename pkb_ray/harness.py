@@ -34,7 +34,7 @@ import torch
 from pkb_ray.config import EvalConfig, HardwareConfig
 from pkb_ray.correctness import compare
 from pkb_ray.cuda import DEFAULT_ARCH, ENV_ARCH, ENV_CACHE, ENV_TIMEOUT
-from pkb_ray.problem import DTYPES, Problem, solution_time_lower_bound
+from pkb_ray.problem import DTYPES, Problem, Tolerance, solution_time_lower_bound
 from pkb_ray.ranks import RankSet, StepOutcome
 from pkb_ray.runner.protocol import tensor_file
 from pkb_ray.schema import Result, Sample, Status, TrialRecord
@@ -256,7 +256,7 @@ class Harness:
         failed = failure_status(outcome)
         if failed:
             return {"status": failed[0], "failed_rank": failed[1], "message": describe(outcome, ranks)}
-        tol = problem.tolerance(dtype)
+        tol = self.tolerance(problem, dtype)
         trials = [self._check_trial(expected_dir, out_dir, seed, rank, tol)
                   for seed in trial_seeds for rank in range(len(self.devices))]
         clock.lap("check")
@@ -268,7 +268,8 @@ class Harness:
         clock.lap("quiet")
         outcome = ranks.run({**base, "step": "timing", "seeds": timing_seeds, "warmup": self.cfg.warmup,
                              "rounds": self.cfg.rounds, "round_us": self.cfg.round_us,
-                             "max_round_calls": self.cfg.max_round_calls, "expected_dir": str(expected_dir)},
+                             "max_round_calls": self.cfg.max_round_calls, "expected_dir": str(expected_dir),
+                             "tolerance": {"atol": tol.atol, "rtol": tol.rtol}},
                             self.cfg.timeout_s)
         clock.lap("timing")
         failed = failure_status(outcome)
@@ -276,6 +277,13 @@ class Harness:
             return {"status": failed[0], "failed_rank": failed[1], "trials": trials,
                     "message": "during timing: " + describe(outcome, ranks)}
         return self._timing_fields(problem, dtype, knobs, outcome, trials)
+
+    def tolerance(self, problem: Problem, dtype: str) -> Tolerance:
+        """The problem's tolerance for ``dtype``, unless ``eval.tolerances`` overrides it."""
+        override = self.cfg.tolerance_override(problem.id, dtype)
+        if override is None:
+            return problem.tolerance(dtype)
+        return Tolerance(atol=override.atol, rtol=override.rtol, reason="set by eval.tolerances")
 
     def _check_trial(self, expected_dir: Path, out_dir: Path, seed: int, rank: int, tol) -> TrialRecord:
         expected = torch.load(tensor_file(expected_dir, seed, rank))

@@ -169,3 +169,34 @@ def summarize(
         for key, g in df.groupby(by, sort=True, dropna=False)
     ]
     return pd.DataFrame(rows, columns=by + summary_columns(ks, ps))
+
+
+def curves(df: pd.DataFrame, by: Sequence[str] = ("model",), ps: Sequence[float] = (1.0,),
+           max_k: int | None = None, same_problems: bool = True) -> pd.DataFrame:
+    """pass@k and fast_p@k for k = 1..n, per group of ``by``: long format, columns
+    ``by + [metric, k, value, problems]``, metric ``pass`` or ``fast_{p}``.
+
+    As in :func:`summarize`: estimated per (model, problem_id), then averaged over the group's
+    problems that have at least k samples (``problems`` says how many did). With
+    ``same_problems`` (the default) k stops at the fewest samples any problem of the group has,
+    so every point averages the same problems and a curve never falls.
+    """
+    by = list(by)
+    out = []
+    for key, g in df.groupby(by, sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        per_problem = []
+        for _, pg in g.groupby(list(PROBLEM_KEY), dropna=False):
+            correct = pg["status"] == Status.CORRECT.value
+            speedups = pg.loc[correct, "speedup"].tolist()
+            fast = {p: sum(1 for s in speedups if s is not None and math.isfinite(s) and s > p) for p in ps}
+            per_problem.append((len(pg), int(correct.sum()), fast))
+        top = (min if same_problems else max)(n for n, _, _ in per_problem)
+        for k in range(1, min(top, max_k or top) + 1):
+            having = [(n, c, fast) for n, c, fast in per_problem if n >= k]
+            metrics = {"pass": [pass_at_k(n, c, k) for n, c, _ in having]}
+            metrics.update({f"fast_{float(p)}": [pass_at_k(n, fast[p], k) for n, _, fast in having] for p in ps})
+            for name, values in metrics.items():
+                out.append({**dict(zip(by, key)), "metric": name, "k": k, "value": sum(values) / len(values),
+                            "problems": len(values)})
+    return pd.DataFrame(out, columns=by + ["metric", "k", "value", "problems"])

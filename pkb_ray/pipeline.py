@@ -34,11 +34,14 @@ log = logging.getLogger(__name__)
 
 
 def select_rows(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str, Problem]) -> list[dict[str, Any]]:
-    """Keep the rows of the problems this run covers (rows naming unknown problems stay: validate reports them)."""
+    """Keep the rows of the problems and backends this run covers (rows naming unknown problems stay:
+    validate reports them)."""
     ids = set(cfg.problems.ids or problems)
     if cfg.problems.categories:
         ids &= {p.id for p in problems.values() if p.meta.category in cfg.problems.categories}
-    return [r for r in rows if r.get("problem_id") in ids or r.get("problem_id") not in problems]
+    backends = cfg.backend.backends
+    return [r for r in rows if (r.get("problem_id") in ids or r.get("problem_id") not in problems)
+            and (backends is None or r.get("backend", "torch") in backends)]
 
 
 def world_sizes_for(row: dict[str, Any], problems: dict[str, Problem], world_sizes: list[int]) -> list[int]:

@@ -13,15 +13,17 @@ import sys
 from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 import pandas as pd
 import ray
 from omegaconf import DictConfig, OmegaConf
 
 from pkb_ray.config import ConfigError, SweepConfig, validate_config
 from pkb_ray.gang import NOSET_CUDA
-from pkb_ray.metrics import summarize
 from pkb_ray.pipeline import run_pipeline, select_rows
 from pkb_ray.problem import Problem, ProblemError, load_problems
+from pkb_ray.report import write as write_report
 from pkb_ray.samples import read_results, read_samples
 from pkb_ray.summary import format_summary
 from pkb_ray.tracking import Tracker
@@ -55,6 +57,13 @@ def check_against_problems(cfg: SweepConfig, problems: dict[str, Problem]) -> di
             raise ConfigError(f"eval.size: {cfg.eval.size!r} is not a size preset of {p.id} ({sorted(p.meta.sizes)})")
         if cfg.eval.dtype and cfg.eval.dtype not in p.meta.dtypes:
             raise ConfigError(f"eval.dtype: {cfg.eval.dtype!r} is not supported by {p.id} ({p.meta.dtypes})")
+    for pid, per_dtype in cfg.eval.tolerances.items():
+        if pid != "*" and pid not in problems:
+            raise ConfigError(f"eval.tolerances.{pid}: unknown problem id; known: {sorted(problems)} or '*'")
+        dtypes = set(problems[pid].meta.dtypes) if pid != "*" else {d for p in problems.values() for d in p.meta.dtypes}
+        for dtype in per_dtype:
+            if dtype not in dtypes:
+                raise ConfigError(f"eval.tolerances.{pid}.{dtype}: not a dtype of {pid} ({sorted(dtypes)})")
     return chosen
 
 
@@ -65,9 +74,11 @@ def start_ray(cfg: SweepConfig) -> None:
     if cfg.ray.address:
         ray.init(address=cfg.ray.address)
         return
-    logical_gpus = cfg.hardware.gpus_per_node * cfg.hardware.nodes if cfg.hardware.device == "cpu" else None
-    ray.init(num_cpus=cfg.ray.num_cpus, num_gpus=logical_gpus, include_dashboard=cfg.ray.include_dashboard,
-             log_to_driver=True, configure_logging=False)
+    gpus = cfg.ray.num_gpus
+    if gpus is None and cfg.hardware.device == "cpu":
+        gpus = cfg.hardware.gpus_per_node * cfg.hardware.nodes  # logical GPUs: gangs of gloo ranks
+    ray.init(num_cpus=cfg.ray.num_cpus, num_gpus=gpus, resources=cfg.ray.resources or None,
+             include_dashboard=cfg.ray.include_dashboard, log_to_driver=True, configure_logging=False)
 
 
 def latest(df: pd.DataFrame) -> pd.DataFrame:
@@ -77,8 +88,12 @@ def latest(df: pd.DataFrame) -> pd.DataFrame:
     return df.sort_values("finished_at").drop_duplicates(["sample_key", "world_size"], keep="last")
 
 
-def run(cfg: SweepConfig, out_dir: Path) -> pd.DataFrame:
-    """Run one job end to end; returns the results as a DataFrame."""
+def run(cfg: SweepConfig, out_dir: Path, sweep_group: str | None = None, job: str | None = None) -> pd.DataFrame:
+    """Run one job end to end; returns the results as a DataFrame.
+
+    ``sweep_group`` (the sweep's folder name under ``-m``) groups the jobs of one sweep in W&B;
+    ``job`` names this job among them (its overrides).
+    """
     problems = load_problems(resolve_path(cfg.problems_dir) if cfg.problems_dir else None)
     chosen = check_against_problems(cfg, problems)
     rows = select_rows(read_samples(resolve_path(cfg.model.samples), cfg.model.name), cfg, chosen)
@@ -89,16 +104,26 @@ def run(cfg: SweepConfig, out_dir: Path) -> pd.DataFrame:
                  problems_dir=str(resolve_path(cfg.problems_dir)) if cfg.problems_dir else None)
     df = latest(read_results(results_dir))  # this run's rows and those of the runs it resumes
     print(format_summary(df), flush=True)
-    tracker = Tracker(cfg.wandb, cfg.model_dump(mode="json"), out_dir, name=f"{cfg.model.name}-{cfg.hardware.name}")
+    page = None
+    if len(df):
+        html_path, md_path = write_report(df, out_dir, title=f"{cfg.model.name} on {cfg.hardware.name}")
+        page = html_path.read_text()
+        log.info("report: %s (and %s)", html_path, md_path.name)
+    tracker = Tracker(cfg.wandb, cfg.model_dump(mode="json"), out_dir, name=f"{cfg.model.name}-{cfg.hardware.name}",
+                      group=sweep_group, job_type=job)
     try:
-        overall = summarize(df, ["model"]).drop(columns=["model"]).iloc[0].to_dict() if len(df) else {}
-        tracker.log_summary({k: v for k, v in overall.items() if pd.notna(v)})
-        tracker.log_table("per_problem", summarize(df, ["model", "problem_id"]))
-        tracker.log_table("samples", df[["problem_id", "category", "sample_index", "status", "speedup",
-                                         "message", "source"]].assign(message=df["message"].str[:300]))
+        tracker.log_results(df, page)
     finally:
         tracker.close()
     return df
+
+
+def sweep_identity() -> tuple[str | None, str | None]:
+    """(group, job) of this job when Hydra runs a sweep (-m); (None, None) for a single run."""
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN:
+        return None, None
+    return Path(hc.sweep.dir).name, hc.job.override_dirname or f"job{hc.job.num}"
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
@@ -106,7 +131,7 @@ def main(raw: DictConfig) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
         cfg = validate_config(OmegaConf.to_container(raw, resolve=True), source="config")
-        run(cfg, Path(cfg.output_dir))
+        run(cfg, Path(cfg.output_dir), *sweep_identity())
     except (ConfigError, ProblemError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -1,12 +1,24 @@
-"""Logging a run to Weights & Biases behind a tiny interface (log_summary, log_table, close).
+"""Logging a run to Weights & Biases: the resolved config, summary metrics, tables, plots, report.
 
 wandb is imported only when a run is actually logged; mode ``offline`` (the default) writes
 the run under the output folder for a later ``wandb sync``; ``disabled`` writes nothing.
-Only the driver logs.
+Only the driver logs (ranks and actors never touch W&B).
+
+What one run holds (:meth:`Tracker.log_results`):
+
+- summary: the run's overall scores from :func:`pkb_ray.metrics.summarize` (``pass@1``,
+  ``pass@5``, ``pass@10``, ``fast_{p}@1``, geometric-mean and median speedup, median fraction of
+  speed of light, ``n_{status}``), plus ``fast_1.0@k`` for the same k;
+- tables: ``samples`` (one row per result, error trimmed, source), ``per_problem``,
+  ``per_category``, ``pass_at_k`` (the curves, long format);
+- plots: ``pass@k`` and ``fast_1@k`` lines, status counts as bars, the histogram of log2 speedup
+  of correct samples;
+- ``report``: the HTML page of :mod:`pkb_ray.report`.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -14,18 +26,25 @@ from typing import Any
 import pandas as pd
 
 from pkb_ray.config import WandbConfig
+from pkb_ray.metrics import curves, status_counts, summarize
+
+SUMMARY_KS = (1, 5, 10)
+SAMPLE_COLUMNS = ["problem_id", "category", "model", "sample_index", "backend", "world_size", "status", "speedup",
+                  "sol_fraction", "message", "source"]
 
 
 class Tracker:
-    def __init__(self, cfg: WandbConfig, run_config: dict[str, Any], run_dir: Path, name: str | None = None):
+    def __init__(self, cfg: WandbConfig, run_config: dict[str, Any], run_dir: Path, name: str | None = None,
+                 group: str | None = None, job_type: str | None = None):
         self.run = None
         if cfg.mode == "disabled":
             return
         os.environ.setdefault("WANDB_SILENT", "true")
         import wandb
 
-        self.run = wandb.init(project=cfg.project, entity=cfg.entity, group=cfg.group, mode=cfg.mode,
-                              dir=str(run_dir), config=run_config, name=name, reinit="finish_previous")
+        self.run = wandb.init(project=cfg.project, entity=cfg.entity, group=cfg.group or group, mode=cfg.mode,
+                              dir=str(run_dir), config=run_config, name=name, job_type=job_type,
+                              tags=cfg.tags or None, reinit="finish_previous")
 
     @property
     def run_dir(self) -> str | None:
@@ -41,6 +60,41 @@ class Tracker:
             import wandb
 
             self.run.log({name: wandb.Table(dataframe=df.reset_index(drop=True))})
+
+    def log_results(self, df: pd.DataFrame, report_html: str | None = None) -> None:
+        """Everything a run shows in W&B, from its result rows (see the module docstring)."""
+        if not self.run or df.empty:
+            return
+        import wandb
+
+        overall = summarize(df, ["model"], ks=SUMMARY_KS).drop(columns=["model"])
+        summary = {k: v for k, v in overall.iloc[0].to_dict().items() if pd.notna(v)} if len(overall) == 1 else {}
+        curve = curves(df, ["model"], ps=(1.0,))
+        for row in curve[(curve["metric"] == "fast_1.0") & curve["k"].isin(SUMMARY_KS)].itertuples():
+            summary[f"fast_1.0@{row.k}"] = row.value
+        self.log_summary(summary)
+
+        samples = df[SAMPLE_COLUMNS].assign(message=df["message"].str[:300])
+        tables = {
+            "samples": samples,
+            "per_problem": summarize(df, ["model", "problem_id"], ks=SUMMARY_KS),
+            "per_category": summarize(df, ["model", "category"], ks=SUMMARY_KS),
+            "pass_at_k": curve,
+        }
+        logged: dict[str, Any] = {name: wandb.Table(dataframe=t.reset_index(drop=True)) for name, t in tables.items()}
+        lines = wandb.Table(dataframe=curve.assign(line=curve["model"] + " " + curve["metric"]))
+        logged["pass_at_k_plot"] = wandb.plot.line(lines, "k", "value", stroke="line", title="pass@k and fast_1@k")
+        counts = pd.DataFrame(list(status_counts(df["status"]).items()), columns=["status", "samples"])
+        logged["status_plot"] = wandb.plot.bar(wandb.Table(dataframe=counts), "status", "samples",
+                                               title="samples by status")
+        fast = df[(df["status"] == "correct") & (df["speedup"] > 0)]["speedup"]
+        if len(fast):
+            hist = pd.DataFrame({"log2_speedup": [math.log2(s) for s in fast]})
+            logged["speedup_plot"] = wandb.plot.histogram(wandb.Table(dataframe=hist), "log2_speedup",
+                                                          title="log2 speedup of correct samples")
+        if report_html:
+            logged["report"] = wandb.Html(report_html, inject=False)
+        self.run.log(logged)
 
     def close(self) -> None:
         if self.run:

@@ -37,6 +37,9 @@ def test_group_choice_and_key_overrides():
         ("hardware.world_sizes=[16]", "hardware"),
         ("hardware.world_sizes=[2,2]", "hardware"),
         ("+eval.colour=red", "eval.colour"),
+        ("backend.backends=[fortran]", "backend.backends.0"),
+        ("eval.tolerances={all_reduce:{float32:{atol:-1,rtol:0}}}", "eval.tolerances.all_reduce.float32.atol"),
+        ("ray.num_gpus=-2", "ray.num_gpus"),
     ],
 )
 def test_bad_values_fail_naming_the_key(override, key):
@@ -49,7 +52,9 @@ def test_bad_values_fail_naming_the_key(override, key):
     "override, key",
     [("problems.ids=[all_reduce,nope]", "problems.ids"), ("eval.size=huge", "eval.size"),
      ("eval.dtype=int32", "eval.dtype"), ("problems.categories=[astrology]", "problems.categories"),
-     ("eval.size={rows:3}", "eval.size")],
+     ("eval.size={rows:3}", "eval.size"),
+     ("eval.tolerances={nope:{float32:{atol:1,rtol:0}}}", "eval.tolerances.nope"),
+     ("eval.tolerances={all_reduce:{int8:{atol:1,rtol:0}}}", "eval.tolerances.all_reduce.int8")],
 )
 def test_config_that_contradicts_the_problems_fails_at_start(problems, override, key):
     cfg = validate_config(composed(override))
@@ -62,3 +67,27 @@ def test_size_may_be_explicit_knob_values(problems):
     assert cfg.eval.size == {"numel": 65536}
     assert check_against_problems(cfg, problems)
     assert problems["all_gather"].size(cfg.eval.size) == ("numel=65536", {"numel": 65536})
+
+
+def test_every_group_of_the_sweep_matrix_composes():
+    for override in ("backend=cuda", "backend=triton", "backend=torch", "backend=all", "hardware=h100_8",
+                     "problems=collectives", "ray=cluster", "wandb=disabled", "wandb=online", "eval=gpu"):
+        assert validate_config(composed(override))
+    cfg = validate_config(composed("backend=cuda", "ray.resources={accel:2}", "wandb.tags=[nightly]",
+                                   "eval.tolerances={'*':{bfloat16:{atol:0.1,rtol:0.1}}}"))
+    assert cfg.backend.backends == ["cuda"] and cfg.ray.resources == {"accel": 2.0} and cfg.wandb.tags == ["nightly"]
+    assert cfg.eval.tolerance_override("all_gather", "bfloat16").atol == 0.1
+    assert cfg.eval.tolerance_override("all_gather", "float32") is None
+
+
+def test_backend_choice_selects_samples(problems):
+    from pkb_ray.pipeline import select_rows
+    from pkb_ray.samples import read_samples
+
+    rows = read_samples(REPO / "samples" / "replay") + read_samples(REPO / "kernels", model="kernels")
+    picked = {b: select_rows(rows, validate_config(composed(f"backend={b}")), problems)
+              for b in ("all", "torch", "cuda", "triton")}
+    assert len(picked["all"]) == len(rows)
+    assert {r["backend"] for r in picked["cuda"]} == {"cuda"} and len(picked["cuda"]) >= 5
+    assert {r["backend"] for r in picked["triton"]} == {"triton"}
+    assert len(picked["torch"]) + len(picked["cuda"]) + len(picked["triton"]) == len(rows)

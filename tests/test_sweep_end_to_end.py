@@ -10,8 +10,11 @@ import subprocess
 import sys
 
 import pyarrow.parquet as pq
+import pytest
 
+import wandb_files
 from conftest import REPO
+from pkb_ray.metrics import summarize
 from pkb_ray.samples import read_results, read_samples
 from pkb_ray.schema import Status
 
@@ -48,12 +51,27 @@ def test_sweep_on_shipped_set(tmp_path):
     for f in (run_dir / "results").rglob("*.parquet"):
         assert pq.read_schema(f).field("status").type == "string"
 
+    # W&B (offline): the resolved config, the summary metrics as computed from the Parquet, the tables
     runs = list((run_dir / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1 and list(runs[0].glob("run-*.wandb"))
-    tables = {p.name.split("_")[0] for p in (runs[0] / "files" / "media" / "table").glob("*.table.json")}
-    assert {"samples", "per"} <= tables
-    per_sample = json.loads(next((runs[0] / "files" / "media" / "table").glob("samples_*.table.json")).read_text())
-    assert len(per_sample["data"]) == len(shipped)
+    assert len(runs) == 1
+    run_file = next(runs[0].glob("run-*.wandb"))
+    summary = wandb_files.summary(run_file)
+    expected_scores = summarize(df, ["model"], ks=(1, 5, 10)).iloc[0]
+    assert summary["pass@1"] == pytest.approx(expected_scores["pass@1"])
+    assert summary["n_correct"] == (df["status"] == "correct").sum() and "fast_1.0@5" in summary
+    assert summary["geomean_speedup"] == pytest.approx(expected_scores["geomean_speedup"])
+    assert wandb_files.config(run_file)["eval"]["rounds"] == 30
+    assert wandb_files.run_record(run_file).run_group == ""  # a single run is not part of a sweep
+    assert {"pass_at_k_plot_table", "status_plot_table", "speedup_plot_table", "report"} <= {
+        k.split("/")[0] for k in wandb_files.history_keys(run_file)}
+    media = runs[0] / "files" / "media" / "table"
+    tables = {p.name.rsplit("_", 2)[0] for p in media.glob("*.table.json")}
+    assert {"samples", "per_problem", "per_category", "pass_at_k"} <= tables
+    per_sample = json.loads(next(media.glob("samples_*.table.json")).read_text())
+    assert len(per_sample["data"]) == len(shipped) and "source" in per_sample["columns"]
+    # the report beside the results
+    assert 'id="leaderboard"' in (run_dir / "report.html").read_text()
+    assert "## Why samples fail" in (run_dir / "report.md").read_text()
 
     # the same sweep again into the same results folder: every sample is skipped, none is written twice
     again = sweep(tmp_path, tmp_path / "run2", f"results_dir={run_dir / 'results'}")
@@ -85,3 +103,25 @@ def test_a_killed_driver_loses_nothing_written_and_a_resume_duplicates_nothing(t
     shipped = read_samples(REPO / "samples" / "replay")
     assert len(final) == len(shipped) and final["sample_key"].is_unique
     assert set(written["sample_key"]) <= set(final["sample_key"])
+
+
+def test_a_multirun_sweep_runs_each_combination_as_a_job_grouped_in_wandb(tmp_path):
+    env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
+    sweep_dir = tmp_path / "multi"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pkb_ray.sweep", "-m", f"hydra.sweep.dir={sweep_dir}", "ray.include_dashboard=false",
+         "eval.timeout_s=8", "eval.rounds=20", f"cache_dir={tmp_path / 'cache'}", "problems.ids=[broadcast]",
+         "model.name=alpha,beta"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = sorted(p for p in sweep_dir.iterdir() if p.is_dir() and (p / "results").is_dir())
+    assert [p.name for p in jobs] == ["0_model.name=alpha", "1_model.name=beta"]
+    groups, job_types = set(), set()
+    for job, model in zip(jobs, ("alpha", "beta")):
+        df = read_results(job / "results")
+        assert set(df["model"]) == {model} and set(df["problem_id"]) == {"broadcast"} and len(df) == 2
+        run_file = next((job / "wandb").glob("offline-run-*/run-*.wandb"))
+        groups.add(wandb_files.run_record(run_file).run_group)
+        job_types.add(wandb_files.run_record(run_file).job_type)
+        assert wandb_files.summary(run_file)["n"] == 2
+    assert groups == {sweep_dir.name} and job_types == {"model.name=alpha", "model.name=beta"}

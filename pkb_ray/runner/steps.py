@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_ray.correctness import compare, poison_like, to_cpu
-from pkb_ray.problem import DTYPES, InputContext, Problem, load_problem
+from pkb_ray.problem import DTYPES, InputContext, Problem, Tolerance, load_problem
 from pkb_ray.runner.protocol import StepFailed, set_phase, tensor_file
 from pkb_ray.timing import calls_per_round, round_order, timed_region
 
@@ -101,7 +101,8 @@ class RankSession:
     def timing(self, cmd: dict[str, Any]) -> dict[str, Any]:
         seeds = cmd["seeds"]
         t_start = time.monotonic()
-        tol = self.problem.tolerance(self.dtype_name)
+        tol = Tolerance(**cmd["tolerance"], reason="given by the harness") if cmd.get("tolerance") \
+            else self.problem.tolerance(self.dtype_name)
         sets = [self._inputs(s) for s in seeds]
         expected = [
             _to_device(torch.load(tensor_file(Path(cmd["expected_dir"]), s, self.rank))["outputs"], self.device)

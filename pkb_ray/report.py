@@ -1,0 +1,293 @@
+"""A report of one or more runs' results: a self-contained HTML page and a Markdown summary.
+
+Sections (each an ``id`` in the HTML, a heading in the Markdown):
+
+- ``leaderboard``: one row per model, ranked by fast_1.0@1 then pass@1;
+- ``pass-at-k``: pass@k and fast_1.0@k curves per model, k = 1..samples per problem;
+- ``speedups``: the speedup of correct samples per category and model (log scale), with the
+  geometric means in a table;
+- ``failures``: why samples fail, as shares of each status per model and counts per category;
+- ``problems``: per problem, each model's pass@1, best speedup and that sample's fraction of
+  speed of light.
+
+Pure: reads a DataFrame of result rows (``RESULT_SCHEMA`` columns), writes files. Figures are
+matplotlib SVG inlined in the page, so the page needs nothing else to be read.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from pkb_ray.metrics import curves, fast_col, pass_col, summarize
+from pkb_ray.schema import Status
+
+STATUS_COLORS = {
+    "invalid_sample": "#9e9e9e", "compile_error": "#8d6e63", "import_error": "#ffb74d", "runtime_error": "#ef5350",
+    "timeout": "#ab47bc", "crash": "#212121", "wrong_output": "#ffd54f", "correct": "#43a047",
+}
+NOTES = {
+    "leaderboard": "pass@1: chance that one sample of a problem is correct on every rank, averaged over problems. "
+                   "fast_p@1: chance that it is correct and more than p times faster than the PyTorch + NCCL "
+                   "reference. Speedups and fractions of speed of light are over correct samples.",
+    "pass-at-k": "Unbiased estimates from n samples per problem, averaged over problems; k runs up to the fewest "
+                 "samples any problem of the model has, so every point averages the same problems.",
+    "speedups": "Reference time / candidate time, correct samples only; each box is one category and model.",
+    "failures": "Status of every sample: invalid and compile errors come before any GPU work; timeout and crash "
+                "are hangs and dead ranks; wrong_output ran but disagreed with the reference.",
+    "problems": "Best speedup among the model's correct samples of the problem, and that sample's fraction of "
+                "the speed-of-light time (1.0 = at the hardware bound).",
+}
+SECTIONS = {"leaderboard": "Leaderboard", "pass-at-k": "pass@k and fast_1@k", "speedups": "Speedups of correct samples",
+            "failures": "Why samples fail", "problems": "Per problem"}
+
+
+def prepare(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows ready for the report: ``label`` names a model (with its hardware when a model ran on
+    several), and ``problem_id`` carries the world size when the rows span several."""
+    df = df.copy()
+    several_hw = df.groupby("model")["hardware"].nunique().gt(1)
+    df["label"] = [f"{m} @ {h}" if several_hw.get(m, False) else m for m, h in zip(df["model"], df["hardware"])]
+    if df["world_size"].nunique() > 1:
+        df["problem_id"] = [f"{p} W={w}" for p, w in zip(df["problem_id"], df["world_size"])]
+    df["model"] = df["label"]  # metrics estimate per (model, problem_id): per label here
+    return df
+
+
+def leaderboard(df: pd.DataFrame) -> pd.DataFrame:
+    s = summarize(df, ["model"], ks=(1,))
+    board = pd.DataFrame({
+        "model": s["model"],
+        "problems": [df.loc[df["model"] == m, "problem_id"].nunique() for m in s["model"]],
+        "samples": s["n"],
+        "pass@1": s[pass_col(1)],
+        "fast_1@1": s[fast_col(1.0)],
+        "fast_1.5@1": s[fast_col(1.5)],
+        "geomean speedup": s["geomean_speedup"],
+        "median SOL fraction": s["median_sol_fraction"],
+    })
+    board = board.sort_values(["fast_1@1", "pass@1"], ascending=False, na_position="last").reset_index(drop=True)
+    board.insert(0, "rank", range(1, len(board) + 1))
+    return board
+
+
+def status_table(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    counts = df.groupby(by + ["status"]).size().unstack("status", fill_value=0)
+    cols = [s.value for s in Status if s.value in counts.columns]
+    counts = counts[cols]
+    counts["total"] = counts.sum(axis=1)
+    return counts.reset_index()
+
+
+def per_problem(df: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for (pid, model), g in df.groupby(["problem_id", "model"], sort=True):
+        ok = g[(g["status"] == Status.CORRECT.value) & g["speedup"].notna()]
+        best = ok.loc[ok["speedup"].idxmax()] if len(ok) else None
+        rows.append({"problem": pid, "category": g["category"].iloc[0], "model": model, "samples": len(g),
+                     "pass@1": (g["status"] == Status.CORRECT.value).mean(),
+                     "best speedup": best["speedup"] if best is not None else math.nan,
+                     "SOL fraction of best": best["sol_fraction"] if best is not None else math.nan})
+    return pd.DataFrame(rows, columns=["problem", "category", "model", "samples", "pass@1", "best speedup",
+                                       "SOL fraction of best"])
+
+
+def category_speedups(df: pd.DataFrame) -> pd.DataFrame:
+    ok = df[(df["status"] == Status.CORRECT.value) & (df["speedup"] > 0)]
+    if ok.empty:
+        return pd.DataFrame(columns=["category", "model", "correct", "geomean speedup", "faster than reference"])
+    g = ok.groupby(["category", "model"])["speedup"]
+    return pd.DataFrame({
+        "correct": g.size(),
+        "geomean speedup": g.apply(lambda s: math.exp(s.map(math.log).mean())),
+        "faster than reference": g.apply(lambda s: (s > 1).mean()),
+    }).reset_index()
+
+
+# ---- figures -------------------------------------------------------------------------------------
+
+def _svg(fig) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams.update({"svg.fonttype": "none", "font.size": 10, "axes.spines.top": False,
+                                "axes.spines.right": False})
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def figure_curves(df: pd.DataFrame) -> str:
+    plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
+    c = curves(df, ["model"], ps=(1.0,))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    for ax, metric, title in ((axes[0], "pass", "pass@k"), (axes[1], "fast_1.0", "fast_1@k (correct and faster)")):
+        for model, g in c[c["metric"] == metric].groupby("model"):
+            ax.plot(g["k"], g["value"], marker="o", markersize=3, label=model)
+        ax.set_title(title)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("k (samples drawn per problem)")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("mean over problems")
+    axes[1].legend(loc="lower right", fontsize=8)
+    return _svg(fig)
+
+
+def figure_speedups(df: pd.DataFrame) -> str:
+    plt = _pyplot()
+    ok = df[(df["status"] == Status.CORRECT.value) & (df["speedup"] > 0)]
+    models = sorted(df["model"].unique())
+    cats = sorted(ok["category"].unique()) or ["(none)"]
+    fig, ax = plt.subplots(figsize=(10, 0.5 + 0.45 * len(cats) * max(1, len(models))))
+    pos, labels, data = [], [], []
+    for i, cat in enumerate(cats):
+        for j, model in enumerate(models):
+            vals = ok[(ok["category"] == cat) & (ok["model"] == model)]["speedup"].tolist()
+            if vals:
+                pos.append(i * (len(models) + 1) + j)
+                labels.append(f"{cat} | {model}")
+                data.append(vals)
+    if data:
+        ax.boxplot(data, positions=pos, orientation="horizontal", widths=0.7, showfliers=True)
+        ax.set_yticks(pos, labels)
+    ax.set_xscale("log")
+    ax.axvline(1.0, color="#c62828", linewidth=1, linestyle="--")
+    ax.set_xlabel("speedup over the reference (log scale; dashed: as fast)")
+    ax.grid(axis="x", alpha=0.3)
+    return _svg(fig)
+
+
+def figure_failures(df: pd.DataFrame) -> str:
+    plt = _pyplot()
+    counts = status_table(df, ["model"]).set_index("model")
+    shares = counts.drop(columns="total").div(counts["total"], axis=0)
+    fig, ax = plt.subplots(figsize=(10, 0.6 + 0.45 * len(shares)))
+    left = pd.Series(0.0, index=shares.index)
+    for status in shares.columns:
+        ax.barh(shares.index, shares[status], left=left, color=STATUS_COLORS.get(status, "#607d8b"), label=status)
+        left += shares[status]
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of samples")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return _svg(fig)
+
+
+# ---- output --------------------------------------------------------------------------------------
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return "-" if math.isnan(v) else f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return str(v)
+
+
+def markdown_table(df: pd.DataFrame) -> str:
+    if df.empty:
+        return "_(none)_\n"
+    head = "| " + " | ".join(map(str, df.columns)) + " |"
+    sep = "| " + " | ".join("---" for _ in df.columns) + " |"
+    body = ["| " + " | ".join(_fmt(v).replace("|", "/") for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([head, sep, *body]) + "\n"
+
+
+def html_table(df: pd.DataFrame) -> str:
+    if df.empty:
+        return "<p><em>(none)</em></p>"
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
+                   for row in df.itertuples(index=False))
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+CSS = """
+body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 2rem auto; max-width: 1100px;
+       color: #1f2933; padding: 0 1rem; }
+h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { margin-top: 2.2rem; border-bottom: 1px solid #e4e7eb; }
+.meta, .note { color: #616e7c; font-size: .9rem; } .note { max-width: 80ch; } nav a { margin-right: 1rem; }
+table { border-collapse: collapse; font-size: .85rem; margin: .6rem 0; }
+th, td { padding: .3rem .6rem; border-bottom: 1px solid #e4e7eb; text-align: right; }
+th:first-child, td:first-child, td:nth-child(2) { text-align: left; }
+thead th { background: #f5f7fa; position: sticky; top: 0; } svg { max-width: 100%; height: auto; }
+"""
+
+
+def build(df: pd.DataFrame, title: str = "pkb_ray report") -> tuple[str, str]:
+    """(HTML page, Markdown summary) of result rows."""
+    df = prepare(df)
+    board, problems = leaderboard(df), per_problem(df)
+    failures = status_table(df, ["model", "category"])
+    speed = category_speedups(df)
+    hardware = ", ".join(sorted(df["hardware"].astype(str).unique()))
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    meta = (f"{len(df)} results, {df['model'].nunique()} model(s), {df['problem_id'].nunique()} problem(s); "
+            f"hardware: {hardware}; generated {stamp}")
+    blocks = {
+        "leaderboard": html_table(board),
+        "pass-at-k": figure_curves(df),
+        "speedups": figure_speedups(df) + html_table(speed),
+        "failures": figure_failures(df) + html_table(failures),
+        "problems": html_table(problems),
+    }
+    nav = "".join(f'<a href="#{k}">{v}</a>' for k, v in SECTIONS.items())
+    body = "".join(f'<section id="{k}"><h2>{SECTIONS[k]}</h2><p class="note">{html.escape(NOTES[k])}</p>'
+                   f'{blocks[k]}</section>' for k in SECTIONS)
+    page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1><p class='meta'>{html.escape(meta)}</p>"
+            f"<nav>{nav}</nav>{body}</body></html>\n")
+    c = curves(df, ["model"], ps=(1.0,))
+    pivot = c.pivot_table(index=["model", "k"], columns="metric", values="value").reset_index()
+    md = "\n".join([
+        f"# {title}", "", meta, "",
+        f"## {SECTIONS['leaderboard']}", "", NOTES["leaderboard"], "", markdown_table(board),
+        f"## {SECTIONS['pass-at-k']}", "", NOTES["pass-at-k"], "",
+        markdown_table(pivot.rename(columns={"pass": "pass@k", "fast_1.0": "fast_1@k"})),
+        f"## {SECTIONS['speedups']}", "", NOTES["speedups"], "", markdown_table(speed),
+        f"## {SECTIONS['failures']}", "", NOTES["failures"], "", markdown_table(failures),
+        f"## {SECTIONS['problems']}", "", NOTES["problems"], "", markdown_table(problems),
+    ])
+    return page, md
+
+
+def write(df: pd.DataFrame, out_dir: Path, title: str = "pkb_ray report") -> tuple[Path, Path]:
+    """Write ``report.html`` and ``report.md`` into ``out_dir``; returns their paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    page, md = build(df, title)
+    (out_dir / "report.html").write_text(page)
+    (out_dir / "report.md").write_text(md)
+    return out_dir / "report.html", out_dir / "report.md"
+
+
+def read_runs(paths: Iterable[Path]) -> pd.DataFrame:
+    """Result rows of one or more runs: each path a results folder, or a run folder holding ``results/``."""
+    from pkb_ray.samples import read_results  # Parquet reading lives with the samples
+
+    frames = []
+    for p in map(Path, paths):
+        folder = p / "results" if (p / "results").is_dir() else p
+        if not folder.is_dir():
+            raise FileNotFoundError(f"{p}: no results folder here")
+        frames.append(read_results(folder))
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if df.empty:
+        raise ValueError(f"no result rows under {[str(p) for p in paths]}")
+    # a sample evaluated again (a resumed run, the same folder given twice) counts once: its newest row
+    return df.sort_values("finished_at").drop_duplicates(["sample_key", "world_size", "hardware"], keep="last")

@@ -1,0 +1,89 @@
+"""The report: a small results set written as real Parquet, read back, turned into HTML and Markdown."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from pkb_ray.metrics import curves
+from pkb_ray.report import SECTIONS, read_runs, write
+from pkb_ray.samples import write_results
+from pkb_ray.schema import Result, Sample, Status
+
+# model -> problem -> (status, speedup) per sample
+PLAN = {
+    "strong": {"all_reduce": [("correct", 2.0), ("correct", 1.5), ("wrong_output", None), ("correct", 0.8)],
+               "all_gather": [("correct", 1.2), ("timeout", None), ("compile_error", None), ("correct", 3.0)],
+               "gemm_rs": [("correct", 0.5), ("crash", None), ("correct", 1.1), ("runtime_error", None)]},
+    "weak": {"all_reduce": [("correct", 0.9), ("wrong_output", None), ("wrong_output", None), ("compile_error", None)],
+             "all_gather": [("timeout", None), ("correct", 0.7), ("invalid_sample", None), ("import_error", None)],
+             "gemm_rs": [("compile_error", None), ("compile_error", None), ("correct", 1.05), ("crash", None)]},
+}
+CATEGORY = {"all_reduce": "collective", "all_gather": "collective", "gemm_rs": "gemm"}
+
+
+def results(hardware: str = "h200_2") -> list[Result]:
+    out = []
+    for model, problems in PLAN.items():
+        for pid, samples in problems.items():
+            for i, (status, speedup) in enumerate(samples):
+                s = Sample(problem_id=pid, model=model, sample_index=i, source=f"# {model} {pid} {i}\n")
+                out.append(Result.for_sample(s, Status(status), "" if status == "correct" else f"{status} here",
+                                             world_size=2, hardware=hardware, category=CATEGORY[pid],
+                                             speedup=speedup, sol_fraction=speedup and speedup / 10))
+    return out
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    write_results(results(), tmp_path / "run" / "results")
+    return tmp_path / "run"
+
+
+def test_report_has_every_section_with_the_right_numbers(run_dir, tmp_path):
+    df = read_runs([run_dir])
+    assert len(df) == 24
+    page, md = write(df, tmp_path / "out", title="two models")
+    html, text = page.read_text(), md.read_text()
+    for key, heading in SECTIONS.items():
+        assert f'id="{key}"' in html and f"## {heading}" in text
+    assert html.count("<svg") == 3  # curves, speedups, failures
+    assert "<script" not in html and "<link" not in html and 'src="http' not in html  # self-contained
+    # leaderboard: strong first; pass@1 = mean over problems of correct share (3/4, 2/4, 2/4)
+    board = text.split("## Leaderboard")[1].split("##")[0]
+    lines = [line for line in board.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
+    assert lines[0].startswith("| 1 | strong |") and lines[1].startswith("| 2 | weak |")
+    assert "| 0.583 |" in lines[0]  # (0.75 + 0.5 + 0.5) / 3
+    # per problem: strong's best all_gather speedup is 3 with SOL fraction 0.3
+    assert "| all_gather | collective | strong | 4 | 0.5 | 3 | 0.3 |" in text
+    # failures: weak has 3 compile errors
+    assert "weak" in text and "compile_error" in text
+
+
+def test_curves_start_at_pass1_and_reach_pass_at_n(run_dir):
+    df = read_runs([run_dir])
+    c = curves(df, ["model"], ps=(1.0,))
+    strong = c[(c["model"] == "strong") & (c["metric"] == "pass")].set_index("k")["value"]
+    assert strong[1] == pytest.approx((3 / 4 + 2 / 4 + 2 / 4) / 3) and strong[4] == 1.0
+    weak_fast = c[(c["model"] == "weak") & (c["metric"] == "fast_1.0")].set_index("k")["value"]
+    assert weak_fast[4] == pytest.approx(1 / 3)  # only gemm_rs has a correct sample faster than 1x
+    assert list(strong.index) == [1, 2, 3, 4]
+
+
+def test_two_runs_of_one_model_on_two_machines_are_told_apart_and_reruns_count_once(run_dir, tmp_path):
+    write_results(results("h100_8"), tmp_path / "other" / "results")
+    df = read_runs([run_dir, tmp_path / "other", run_dir / "results"])  # run_dir twice: counted once
+    assert len(df) == 48
+    _, md = write(df, tmp_path / "out")
+    assert "strong @ h100_8" in md.read_text() and "strong @ h200_2" in md.read_text()
+
+
+def test_the_script_writes_the_page_and_names_a_missing_folder(run_dir, tmp_path):
+    ok = subprocess.run([sys.executable, str(REPO / "scripts/report.py"), str(run_dir), "--out", str(tmp_path / "r")],
+                        capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    assert (tmp_path / "r" / "report.html").stat().st_size > 10_000
+    bad = subprocess.run([sys.executable, str(REPO / "scripts/report.py"), str(tmp_path / "nowhere")],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "nowhere" in bad.stderr

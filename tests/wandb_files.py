@@ -1,0 +1,70 @@
+"""Read back what an offline W&B run wrote (``run-<id>.wandb``), for tests.
+
+wandb >= 0.19 writes runs from its Go core and ships no Python reader, so this reads the file
+format directly: a 7-byte header (``:W&B``, magic 0xBEE1, version 0), then LevelDB-log framing
+(32 KiB blocks; records of crc32 (4), length (2), type (1: full, 2: first, 3: middle, 4: last))
+around protobuf ``Record`` messages from ``wandb.proto.wandb_internal_pb2``.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+from wandb.proto import wandb_internal_pb2 as pb
+
+BLOCK = 32 * 1024
+HEADER = b":W&B\xe1\xbe\x00"
+
+
+def records(path: Path) -> list[pb.Record]:
+    data = Path(path).read_bytes()
+    assert data.startswith(HEADER), f"{path}: not a W&B run file"
+    pos, out, parts = len(HEADER), [], b""
+    while pos + 7 <= len(data):
+        left = BLOCK - pos % BLOCK
+        if left < 7:  # block trailer: padding
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if kind == 0 and length == 0:
+            pos += left
+            continue
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind in (1, 4):
+            rec = pb.Record()
+            rec.ParseFromString(parts + chunk)
+            out.append(rec)
+            parts = b""
+        elif kind in (2, 3):
+            parts += chunk
+        else:
+            raise ValueError(f"{path}: bad record type {kind} at byte {pos}")
+    return out
+
+
+def _key(item) -> str:
+    return item.key or "/".join(item.nested_key)
+
+
+def summary(path: Path) -> dict:
+    """The run's final summary: key -> value (JSON-decoded), the last update of each key winning."""
+    out = {}
+    for rec in records(path):
+        if rec.WhichOneof("record_type") == "summary":
+            for item in rec.summary.update:
+                out[_key(item)] = json.loads(item.value_json)
+    return out
+
+
+def run_record(path: Path):
+    return next(r.run for r in records(path) if r.WhichOneof("record_type") == "run")
+
+
+def config(path: Path) -> dict:
+    return {_key(i): json.loads(i.value_json) for i in run_record(path).config.update}
+
+
+def history_keys(path: Path) -> set[str]:
+    return {_key(i) for r in records(path) if r.WhichOneof("record_type") == "history" for i in r.history.item}
