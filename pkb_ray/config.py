@@ -7,9 +7,13 @@ A wrong key or value fails before any work with a message naming the key
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+# Dict-valued keys are null in conf/ so that a command-line override replaces them whole (Hydra
+# refuses to add keys to a dict that the config already holds, even an empty one).
+NULL_IS_EMPTY = BeforeValidator(lambda value: {} if value is None else value)
 
 
 class ConfigError(ValueError):
@@ -41,6 +45,9 @@ class BackendConfig(_Strict):
         None, description="None: every backend; else only samples written for these")
 
 
+ALL_PROBLEMS = "ALL"  # eval.tolerances key for every problem (ids are lower case)
+
+
 class ToleranceOverride(_Strict):
     atol: float = Field(ge=0)
     rtol: float = Field(ge=0)
@@ -64,12 +71,12 @@ class EvalConfig(_Strict):
     prewarm: int = Field(1, ge=0, le=8, description="rank sets started ahead while samples run (0: none)")
     quiet_timing: bool = Field(True, description="never start a rank set while a sample is timed; prewarmed sets "
                                                  "then start in batches (see Harness.prewarm)")
-    tolerances: dict[str, dict[str, ToleranceOverride]] = Field(
-        default_factory=dict, description="problem id (or '*' for all) -> dtype -> {atol, rtol}: replaces the "
+    tolerances: Annotated[dict[str, dict[str, ToleranceOverride]], NULL_IS_EMPTY] = Field(
+        default_factory=dict, description="problem id (or ALL) -> dtype -> {atol, rtol}: replaces the "
                                           "problem's own tolerance, e.g. {all_reduce: {bfloat16: {atol: 0.05, rtol: 0.05}}}")
 
     def tolerance_override(self, problem_id: str, dtype: str) -> ToleranceOverride | None:
-        return self.tolerances.get(problem_id, {}).get(dtype) or self.tolerances.get("*", {}).get(dtype)
+        return self.tolerances.get(problem_id, {}).get(dtype) or self.tolerances.get(ALL_PROBLEMS, {}).get(dtype)
 
 
 class HardwareConfig(_Strict):
@@ -112,8 +119,10 @@ class RayConfig(_Strict):
     num_cpus: int | None = Field(None, ge=1, description="a local Ray's CPUs; None: all of the machine's")
     num_gpus: int | None = Field(None, ge=0, description="a local Ray's GPUs; None: detected (CPU runs: logical "
                                                          "GPUs, hardware.gpus_per_node x nodes)")
-    resources: dict[str, float] = Field(default_factory=dict, description="custom resources of a local Ray")
+    resources: Annotated[dict[str, float], NULL_IS_EMPTY] = Field(default_factory=dict,
+                                                              description="custom resources of a local Ray")
     include_dashboard: bool = False
+
 
 
 class WandbConfig(_Strict):

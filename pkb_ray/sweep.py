@@ -19,7 +19,7 @@ import pandas as pd
 import ray
 from omegaconf import DictConfig, OmegaConf
 
-from pkb_ray.config import ConfigError, SweepConfig, validate_config
+from pkb_ray.config import ALL_PROBLEMS, ConfigError, SweepConfig, validate_config
 from pkb_ray.gang import NOSET_CUDA
 from pkb_ray.pipeline import run_pipeline, select_rows
 from pkb_ray.problem import Problem, ProblemError, load_problems
@@ -58,9 +58,9 @@ def check_against_problems(cfg: SweepConfig, problems: dict[str, Problem]) -> di
         if cfg.eval.dtype and cfg.eval.dtype not in p.meta.dtypes:
             raise ConfigError(f"eval.dtype: {cfg.eval.dtype!r} is not supported by {p.id} ({p.meta.dtypes})")
     for pid, per_dtype in cfg.eval.tolerances.items():
-        if pid != "*" and pid not in problems:
-            raise ConfigError(f"eval.tolerances.{pid}: unknown problem id; known: {sorted(problems)} or '*'")
-        dtypes = set(problems[pid].meta.dtypes) if pid != "*" else {d for p in problems.values() for d in p.meta.dtypes}
+        if pid != ALL_PROBLEMS and pid not in problems:
+            raise ConfigError(f"eval.tolerances.{pid}: unknown problem id; known: {sorted(problems)} or {ALL_PROBLEMS}")
+        dtypes = set(problems[pid].meta.dtypes) if pid != ALL_PROBLEMS else {d for p in problems.values() for d in p.meta.dtypes}
         for dtype in per_dtype:
             if dtype not in dtypes:
                 raise ConfigError(f"eval.tolerances.{pid}.{dtype}: not a dtype of {pid} ({sorted(dtypes)})")
@@ -96,7 +96,8 @@ def run(cfg: SweepConfig, out_dir: Path, sweep_group: str | None = None, job: st
     """
     problems = load_problems(resolve_path(cfg.problems_dir) if cfg.problems_dir else None)
     chosen = check_against_problems(cfg, problems)
-    rows = select_rows(read_samples(resolve_path(cfg.model.samples), cfg.model.name), cfg, chosen)
+    # all problems: a row naming a problem of none is kept (validate reports it), one of another set is not
+    rows = select_rows(read_samples(resolve_path(cfg.model.samples), cfg.model.name), cfg, problems)
     results_dir = resolve_path(cfg.results_dir) if cfg.results_dir else out_dir / "results"
     log.info("%d samples of %d problems -> %s", len(rows), len(chosen), results_dir)
     start_ray(cfg)

@@ -8,7 +8,8 @@ What one run holds (:meth:`Tracker.log_results`):
 
 - summary: the run's overall scores from :func:`pkb_ray.metrics.summarize` (``pass@1``,
   ``pass@5``, ``pass@10``, ``fast_{p}@1``, geometric-mean and median speedup, median fraction of
-  speed of light, ``n_{status}``), plus ``fast_1.0@k`` for the same k;
+  speed of light, ``n_{status}``), plus ``fast_1.0@k`` for the same k (each over the problems
+  with at least k samples);
 - tables: ``samples`` (one row per result, error trimmed, source), ``per_problem``,
   ``per_category``, ``pass_at_k`` (the curves, long format);
 - plots: ``pass@k`` and ``fast_1@k`` lines, status counts as bars, the histogram of log2 speedup
@@ -69,9 +70,11 @@ class Tracker:
 
         overall = summarize(df, ["model"], ks=SUMMARY_KS).drop(columns=["model"])
         summary = {k: v for k, v in overall.iloc[0].to_dict().items() if pd.notna(v)} if len(overall) == 1 else {}
-        curve = curves(df, ["model"], ps=(1.0,))
-        for row in curve[(curve["metric"] == "fast_1.0") & curve["k"].isin(SUMMARY_KS)].itertuples():
+        # like summarize's pass@k: each k over the problems with at least k samples
+        wide = curves(df, ["model"], ps=(1.0,), same_problems=False)
+        for row in wide[(wide["metric"] == "fast_1.0") & wide["k"].isin(SUMMARY_KS)].itertuples():
             summary[f"fast_1.0@{row.k}"] = row.value
+        curve = curves(df, ["model"], ps=(1.0,))  # the plotted curves: the same problems at every k
         self.log_summary(summary)
 
         samples = df[SAMPLE_COLUMNS].assign(message=df["message"].str[:300])

@@ -74,7 +74,7 @@ def test_every_group_of_the_sweep_matrix_composes():
                      "problems=collectives", "ray=cluster", "wandb=disabled", "wandb=online", "eval=gpu"):
         assert validate_config(composed(override))
     cfg = validate_config(composed("backend=cuda", "ray.resources={accel:2}", "wandb.tags=[nightly]",
-                                   "eval.tolerances={'*':{bfloat16:{atol:0.1,rtol:0.1}}}"))
+                                   "eval.tolerances={ALL:{bfloat16:{atol:0.1,rtol:0.1}}}"))
     assert cfg.backend.backends == ["cuda"] and cfg.ray.resources == {"accel": 2.0} and cfg.wandb.tags == ["nightly"]
     assert cfg.eval.tolerance_override("all_gather", "bfloat16").atol == 0.1
     assert cfg.eval.tolerance_override("all_gather", "float32") is None
@@ -91,3 +91,12 @@ def test_backend_choice_selects_samples(problems):
     assert {r["backend"] for r in picked["cuda"]} == {"cuda"} and len(picked["cuda"]) >= 5
     assert {r["backend"] for r in picked["triton"]} == {"triton"}
     assert len(picked["torch"]) + len(picked["cuda"]) + len(picked["triton"]) == len(rows)
+
+
+def test_problem_choice_selects_samples_and_keeps_rows_of_unknown_problems(problems):
+    from pkb_ray.pipeline import select_rows
+    from pkb_ray.samples import read_samples
+
+    rows = read_samples(REPO / "samples" / "replay") + [{"problem_id": "no_such_problem", "source": ""}]
+    picked = select_rows(rows, validate_config(composed("problems.ids=[broadcast]")), problems)
+    assert sorted(r["problem_id"] for r in picked) == ["broadcast", "broadcast", "no_such_problem"]

@@ -115,7 +115,9 @@ def test_a_multirun_sweep_runs_each_combination_as_a_job_grouped_in_wandb(tmp_pa
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = sorted(p for p in sweep_dir.iterdir() if p.is_dir() and (p / "results").is_dir())
-    assert [p.name for p in jobs] == ["0_model.name=alpha", "1_model.name=beta"]
+    # job folders are named by number and overrides; paths (cache_dir) are left out of the name
+    assert [p.name.split(",")[0] for p in jobs] == ["0_eval.rounds=20", "1_eval.rounds=20"]
+    assert "model.name=alpha" in jobs[0].name and "model.name=beta" in jobs[1].name and "cache" not in jobs[0].name
     groups, job_types = set(), set()
     for job, model in zip(jobs, ("alpha", "beta")):
         df = read_results(job / "results")
@@ -124,4 +126,4 @@ def test_a_multirun_sweep_runs_each_combination_as_a_job_grouped_in_wandb(tmp_pa
         groups.add(wandb_files.run_record(run_file).run_group)
         job_types.add(wandb_files.run_record(run_file).job_type)
         assert wandb_files.summary(run_file)["n"] == 2
-    assert groups == {sweep_dir.name} and job_types == {"model.name=alpha", "model.name=beta"}
+    assert groups == {sweep_dir.name} and job_types == {jobs[0].name[2:], jobs[1].name[2:]}

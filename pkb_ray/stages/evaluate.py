@@ -193,6 +193,7 @@ class GangPool:
                 feed.wait(1.0)  # nothing to do until more tasks arrive
                 continue
             done, _ = ray.wait(list(pending), num_returns=1, timeout=0.2 if not feed.exhausted else WAIT_LOG_S)
+            tick()  # the wait may have been long: account for it before a result adds its busy time
             if not done:
                 if feed.exhausted:
                     waiting = Counter(kind for kind, _, _ in pending.values())
