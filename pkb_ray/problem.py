@@ -12,6 +12,10 @@ A problem is one Python file in ``problems/`` that owns everything about itself:
     every rank with the default process group initialised and the device set.
 ``speed_of_light(size: dict, world_size: int, dtype: torch.dtype) -> Traffic``
     what the busiest rank must at least move and compute, for the lower bound on time.
+``oracle(inputs: list[tuple], size: dict, world_size: int) -> list`` (expected of every problem)
+    the outputs of every rank computed in one process from all ranks' inputs, without any
+    collective: an independent statement of what the reference must compute
+    (:mod:`pkb_ray.problem_check` holds the references to it).
 
 This module is pure: no Ray, no processes. Loading a problem file imports it (problem files
 are ours, not untrusted); a bad file fails with :class:`ProblemError` naming the file and field.
@@ -177,6 +181,10 @@ class Problem:
         return self.module.speed_of_light
 
     @property
+    def oracle(self) -> Callable[[list[tuple], dict, int], list] | None:
+        return getattr(self.module, "oracle", None)
+
+    @property
     def signature(self) -> list[str]:
         """Parameter names of the reference ``solution``: candidates must keep them."""
         return list(inspect.signature(self.solution).parameters)
@@ -228,6 +236,9 @@ def load_problem(path: str | Path) -> Problem:
             raise _fail(path, fn, "missing, or not a function")
     if list(inspect.signature(module.make_inputs).parameters) != ["ctx"]:
         raise _fail(path, "make_inputs", "signature must be make_inputs(ctx)")
+    oracle = getattr(module, "oracle", None)
+    if oracle is not None and (not callable(oracle) or len(inspect.signature(oracle).parameters) != 3):
+        raise _fail(path, "oracle", "must be a function oracle(inputs, size, world_size)")
     sys.modules[module_name] = module
     return Problem(meta=meta, path=path, module=module)
 

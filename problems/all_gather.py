@@ -47,3 +47,8 @@ def speed_of_light(size, world_size, dtype) -> Traffic:
         flops=0.0,
         hbm_bytes=(world_size + 1) * shard,
     )
+
+
+def oracle(inputs, size, world_size):
+    full = torch.cat([args[0] for args in inputs])
+    return [full.clone() for _ in range(world_size)]

@@ -41,3 +41,8 @@ def speed_of_light(size, world_size, dtype) -> Traffic:
         flops=(world_size - 1) / world_size * size["numel"],
         hbm_bytes=3 * nbytes,
     )
+
+
+def oracle(inputs, size, world_size):
+    total = sum(args[0].double() for args in inputs).to(inputs[0][0].dtype)
+    return [total.clone() for _ in range(world_size)]

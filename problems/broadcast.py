@@ -49,3 +49,8 @@ def speed_of_light(size, world_size, dtype) -> Traffic:
         flops=0.0,
         hbm_bytes=2 * nbytes,
     )
+
+
+def oracle(inputs, size, world_size):
+    root = inputs[0][1]
+    return [inputs[root][0].clone() for _ in range(world_size)]

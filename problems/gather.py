@@ -53,3 +53,9 @@ def speed_of_light(size, world_size, dtype) -> Traffic:
         flops=0.0,
         hbm_bytes=(world_size + 1) * shard,
     )
+
+
+def oracle(inputs, size, world_size):
+    root = inputs[0][1]
+    full = torch.cat([args[0] for args in inputs])
+    return [full if r == root else inputs[r][0].new_empty(0) for r in range(world_size)]

@@ -48,3 +48,8 @@ def speed_of_light(size, world_size, dtype) -> Traffic:
         flops=(world_size - 1) * size["numel"],
         hbm_bytes=(world_size + 1) * chunk,
     )
+
+
+def oracle(inputs, size, world_size):
+    total = sum(args[0].double() for args in inputs).to(inputs[0][0].dtype)
+    return [chunk.clone() for chunk in total.chunk(world_size)]

@@ -1,0 +1,118 @@
+"""Checking problem files: every reference, run on W gloo ranks, against its single-process oracle.
+
+A problem's ``oracle(inputs, size, world_size)`` computes, in one process and without any
+collective, what every rank must return, from the inputs of all ranks (``inputs[r]`` is rank
+r's argument tuple). :func:`check` runs the references of many problems in one process group of
+W CPU ranks (one process start for all of them), then compares each rank's output with the
+oracle's within the problem's tolerance, and checks that the reference left its inputs alone.
+A reference that disagrees with an independent computation of the same operation is a bug in
+the benchmark; a tolerance that an exact alternative cannot meet is one too.
+
+Used by ``tests/test_problems_on_cpu.py`` and ``scripts/check_problems.py``. Spawns processes:
+not for the pipeline.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from pkb_ray.correctness import compare, to_cpu
+from pkb_ray.problem import DTYPES, InputContext, Problem, load_problems
+
+
+def inputs_for(problem: Problem, size: dict[str, int], rank: int, world_size: int, dtype: torch.dtype,
+               seed: int) -> tuple:
+    ctx = InputContext(size=size, rank=rank, world_size=world_size, dtype=dtype, device=torch.device("cpu"),
+                       seed=seed)
+    return tuple(problem.make_inputs(ctx))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, world_size: int, port: int, problems_dir: str, plan: list, out_dir: str,
+               timeout_s: float) -> None:
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s))
+    problems = load_problems(problems_dir)
+    results: dict[str, Any] = {}
+    for pid, preset, dtype_name, seed in plan:
+        p = problems[pid]
+        size = dict(p.meta.sizes[preset])
+        key = f"{pid}|{preset}|{dtype_name}|{seed}"
+        try:
+            args = inputs_for(p, size, rank, world_size, DTYPES[dtype_name], seed)
+            before = to_cpu(args) if not p.meta.mutates_inputs else None
+            out = p.solution(*args)
+            unchanged = None if before is None else compare(before, to_cpu(args), 0, 0, "input")
+            results[key] = {"outputs": to_cpu(out), "input_changed": str(unchanged) if unchanged else ""}
+        except Exception:  # noqa: BLE001 - reported per problem, the others still run
+            results[key] = {"error": traceback.format_exc(limit=6)}
+        dist.barrier()  # keep ranks in step: a problem that raised on one rank must not shift the next
+    torch.save(results, Path(out_dir) / f"rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+def check(problems: dict[str, Problem], ids: list[str], world_size: int, presets: tuple[str, ...] = ("small",),
+          seeds: tuple[int, ...] = (0, 1), dtype: str | None = None, timeout_s: float = 120.0) -> dict[str, str]:
+    """Failures by ``pid|preset|dtype|seed`` (empty: every reference agrees with its oracle).
+
+    Problems that do not support ``world_size`` are skipped; ``dtype`` None means each
+    problem's first dtype.
+    """
+    plan, failures = [], {}
+    for pid in ids:
+        p = problems[pid]
+        if not p.meta.world_sizes.supports(world_size):
+            continue
+        if p.oracle is None:
+            failures[pid] = "no oracle(inputs, size, world_size) in the problem file"
+            continue
+        plan += [(pid, preset, dtype or p.meta.dtypes[0], seed) for preset in presets for seed in seeds]
+    if not plan:
+        return failures
+    problems_dir = str(next(iter(problems.values())).path.parent)
+    with tempfile.TemporaryDirectory(prefix="pkb-check-") as out_dir:
+        mp.start_processes(_rank_main, args=(world_size, _free_port(), problems_dir, plan, out_dir, timeout_s),
+                           nprocs=world_size, join=True, start_method="spawn")
+        ranks = [torch.load(Path(out_dir) / f"rank{r}.pt") for r in range(world_size)]
+    for pid, preset, dtype_name, seed in plan:
+        key = f"{pid}|{preset}|{dtype_name}|{seed}"
+        got = [ranks[r][key] for r in range(world_size)]
+        errors = [f"rank {r}: {g['error']}" for r, g in enumerate(got) if "error" in g]
+        if errors:
+            failures[key] = "reference raised: " + errors[0]
+            continue
+        changed = [f"rank {r}: {g['input_changed']}" for r, g in enumerate(got) if g["input_changed"]]
+        if changed:
+            failures[key] = "reference changed its inputs: " + changed[0]
+            continue
+        p = problems[pid]
+        size = dict(p.meta.sizes[preset])
+        inputs = [inputs_for(p, size, r, world_size, DTYPES[dtype_name], seed) for r in range(world_size)]
+        try:
+            expected = p.oracle(inputs, size, world_size)
+        except Exception:  # noqa: BLE001
+            failures[key] = "oracle raised: " + traceback.format_exc(limit=6)
+            continue
+        tol = p.tolerance(dtype_name)
+        for r in range(world_size):
+            bad = compare(to_cpu(expected[r]), got[r]["outputs"], tol.atol, tol.rtol)
+            if bad:
+                failures[key] = f"rank {r}: reference and oracle disagree: {bad}"
+                break
+    return failures
