@@ -147,6 +147,8 @@ class SweepConfig(_Strict):
     results_dir: str | None = Field(None, description="None: <output_dir>/results. Name a folder to resume a "
                                                       "sweep there: samples with a final result are skipped")
     cache_dir: str = Field("~/.cache/pkb_ray", description="reference outputs, reused across runs")
+    baselines_dir: str = Field("baselines", description="reference timings per hardware profile "
+                                                        "(python -m pkb_ray.baselines writes <name>.json there)")
 
     @property
     def cache_path(self) -> Path:

@@ -152,6 +152,9 @@ class Harness:
                           ENV_TIMEOUT: str(eval_cfg.compile_timeout_s)}
         self.versions = {"torch": torch.__version__, "python": platform.python_version(),
                          "backend": hardware.backend}
+        if hardware.device == "cuda" and torch.cuda.is_available():
+            self.versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+            self.versions["gpu"] = torch.cuda.get_device_name(0)
 
     def _spawn(self, job_dir: Path) -> RankSet:
         threads = max(1, (os.cpu_count() or 1) // len(self.devices))

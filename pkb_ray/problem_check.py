@@ -31,8 +31,8 @@ from pkb_ray.problem import DTYPES, InputContext, Problem, load_problems
 
 
 def inputs_for(problem: Problem, size: dict[str, int], rank: int, world_size: int, dtype: torch.dtype,
-               seed: int) -> tuple:
-    ctx = InputContext(size=size, rank=rank, world_size=world_size, dtype=dtype, device=torch.device("cpu"),
+               seed: int, device: str = "cpu") -> tuple:
+    ctx = InputContext(size=size, rank=rank, world_size=world_size, dtype=dtype, device=torch.device(device),
                        seed=seed)
     return tuple(problem.make_inputs(ctx))
 
@@ -44,10 +44,16 @@ def _free_port() -> int:
 
 
 def _rank_main(rank: int, world_size: int, port: int, problems_dir: str, plan: list, out_dir: str,
-               timeout_s: float) -> None:
+               timeout_s: float, device: str) -> None:
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s))
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+        device = f"cuda:{rank}"
+        dist.init_process_group("nccl", rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s),
+                                device_id=torch.device(device))
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s))
     problems = load_problems(problems_dir)
     results: dict[str, Any] = {}
     for pid, preset, dtype_name, seed in plan:
@@ -55,11 +61,11 @@ def _rank_main(rank: int, world_size: int, port: int, problems_dir: str, plan: l
         size = dict(p.meta.sizes[preset])
         key = f"{pid}|{preset}|{dtype_name}|{seed}"
         try:
-            args = inputs_for(p, size, rank, world_size, DTYPES[dtype_name], seed)
-            before = to_cpu(args) if not p.meta.mutates_inputs else None
+            args = inputs_for(p, size, rank, world_size, DTYPES[dtype_name], seed, device)
+            before = to_cpu(args)  # what the oracle starts from (a GPU draws other numbers than the CPU)
             out = p.solution(*args)
-            unchanged = None if before is None else compare(before, to_cpu(args), 0, 0, "input")
-            results[key] = {"outputs": to_cpu(out), "input_changed": str(unchanged) if unchanged else ""}
+            unchanged = None if p.meta.mutates_inputs else compare(before, to_cpu(args), 0, 0, "input")
+            results[key] = {"inputs": before, "outputs": to_cpu(out), "input_changed": str(unchanged) if unchanged else ""}
         except Exception:  # noqa: BLE001 - reported per problem, the others still run
             results[key] = {"error": traceback.format_exc(limit=6)}
         dist.barrier()  # keep ranks in step: a problem that raised on one rank must not shift the next
@@ -68,11 +74,13 @@ def _rank_main(rank: int, world_size: int, port: int, problems_dir: str, plan: l
 
 
 def check(problems: dict[str, Problem], ids: list[str], world_size: int, presets: tuple[str, ...] = ("small",),
-          seeds: tuple[int, ...] = (0, 1), dtype: str | None = None, timeout_s: float = 120.0) -> dict[str, str]:
+          seeds: tuple[int, ...] = (0, 1), dtype: str | None = None, timeout_s: float = 120.0,
+          device: str = "cpu") -> dict[str, str]:
     """Failures by ``pid|preset|dtype|seed`` (empty: every reference agrees with its oracle).
 
     Problems that do not support ``world_size`` are skipped; ``dtype`` None means each
-    problem's first dtype.
+    problem's first dtype. ``device="cuda"``: ranks on GPUs 0..W-1 with NCCL (the oracle still
+    runs on the CPU, from the same inputs made on the CPU).
     """
     plan, failures = [], {}
     for pid in ids:
@@ -87,7 +95,7 @@ def check(problems: dict[str, Problem], ids: list[str], world_size: int, presets
         return failures
     problems_dir = str(next(iter(problems.values())).path.parent)
     with tempfile.TemporaryDirectory(prefix="pkb-check-") as out_dir:
-        mp.start_processes(_rank_main, args=(world_size, _free_port(), problems_dir, plan, out_dir, timeout_s),
+        mp.start_processes(_rank_main, args=(world_size, _free_port(), problems_dir, plan, out_dir, timeout_s, device),
                            nprocs=world_size, join=True, start_method="spawn")
         ranks = [torch.load(Path(out_dir) / f"rank{r}.pt") for r in range(world_size)]
     for pid, preset, dtype_name, seed in plan:
@@ -103,7 +111,7 @@ def check(problems: dict[str, Problem], ids: list[str], world_size: int, presets
             continue
         p = problems[pid]
         size = dict(p.meta.sizes[preset])
-        inputs = [inputs_for(p, size, r, world_size, DTYPES[dtype_name], seed) for r in range(world_size)]
+        inputs = [got[r]["inputs"] for r in range(world_size)]
         try:
             expected = p.oracle(inputs, size, world_size)
         except Exception:  # noqa: BLE001

@@ -19,52 +19,17 @@ import pandas as pd
 import ray
 from omegaconf import DictConfig, OmegaConf
 
-from pkb_ray.config import ALL_PROBLEMS, ConfigError, SweepConfig, validate_config
+from pkb_ray.config import ConfigError, SweepConfig, validate_config
 from pkb_ray.gang import NOSET_CUDA
 from pkb_ray.pipeline import run_pipeline, select_rows
-from pkb_ray.problem import Problem, ProblemError, load_problems
+from pkb_ray.problem import ProblemError, load_problems
 from pkb_ray.report import write as write_report
 from pkb_ray.samples import read_results, read_samples
+from pkb_ray.selection import check_against_problems, resolve_path
 from pkb_ray.summary import format_summary
 from pkb_ray.tracking import Tracker
 
 log = logging.getLogger("pkb_ray")
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def resolve_path(path: str) -> Path:
-    """A relative path is taken from the current folder, else from this checkout's root."""
-    p = Path(path).expanduser()
-    return p if p.is_absolute() or p.exists() else REPO_ROOT / p
-
-
-def check_against_problems(cfg: SweepConfig, problems: dict[str, Problem]) -> dict[str, Problem]:
-    """The problems this run covers; a config naming something they lack fails here, naming the key."""
-    unknown = sorted(set(cfg.problems.ids or []) - set(problems))
-    if unknown:
-        raise ConfigError(f"problems.ids: unknown problem id(s) {unknown}; known: {sorted(problems)}")
-    chosen = {i: p for i, p in problems.items() if not cfg.problems.ids or i in cfg.problems.ids}
-    if cfg.problems.categories:
-        chosen = {i: p for i, p in chosen.items() if p.meta.category in cfg.problems.categories}
-        if not chosen:
-            raise ConfigError(f"problems.categories: no problem in {cfg.problems.categories}")
-    for p in chosen.values():
-        if isinstance(cfg.eval.size, dict):
-            unknown = sorted(set(cfg.eval.size) - set(p.meta.sizes["default"]))
-            if unknown:
-                raise ConfigError(f"eval.size: {p.id} has no size knob {unknown} ({sorted(p.meta.sizes['default'])})")
-        elif cfg.eval.size not in p.meta.sizes:
-            raise ConfigError(f"eval.size: {cfg.eval.size!r} is not a size preset of {p.id} ({sorted(p.meta.sizes)})")
-        if cfg.eval.dtype and cfg.eval.dtype not in p.meta.dtypes:
-            raise ConfigError(f"eval.dtype: {cfg.eval.dtype!r} is not supported by {p.id} ({p.meta.dtypes})")
-    for pid, per_dtype in cfg.eval.tolerances.items():
-        if pid != ALL_PROBLEMS and pid not in problems:
-            raise ConfigError(f"eval.tolerances.{pid}: unknown problem id; known: {sorted(problems)} or {ALL_PROBLEMS}")
-        dtypes = set(problems[pid].meta.dtypes) if pid != ALL_PROBLEMS else {d for p in problems.values() for d in p.meta.dtypes}
-        for dtype in per_dtype:
-            if dtype not in dtypes:
-                raise ConfigError(f"eval.tolerances.{pid}.{dtype}: not a dtype of {pid} ({sorted(dtypes)})")
-    return chosen
 
 
 def start_ray(cfg: SweepConfig) -> None:

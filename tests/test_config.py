@@ -6,7 +6,7 @@ from omegaconf import OmegaConf
 
 from conftest import REPO
 from pkb_ray.config import ConfigError, validate_config
-from pkb_ray.sweep import check_against_problems
+from pkb_ray.selection import check_against_problems
 
 
 def composed(*overrides: str):

@@ -1,0 +1,48 @@
+"""What a run covers: paths given in a config, and the problems it chooses (checked against the config).
+
+Shared by the entry points (``pkb_ray.sweep``, ``pkb_ray.baselines``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pkb_ray.config import ALL_PROBLEMS, ConfigError, SweepConfig
+from pkb_ray.problem import Problem
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def resolve_path(path: str) -> Path:
+    """A relative path is taken from the current folder, else from this checkout's root."""
+    p = Path(path).expanduser()
+    return p if p.is_absolute() or p.exists() else REPO_ROOT / p
+
+
+def check_against_problems(cfg: SweepConfig, problems: dict[str, Problem]) -> dict[str, Problem]:
+    """The problems this run covers; a config naming something they lack fails here, naming the key."""
+    unknown = sorted(set(cfg.problems.ids or []) - set(problems))
+    if unknown:
+        raise ConfigError(f"problems.ids: unknown problem id(s) {unknown}; known: {sorted(problems)}")
+    chosen = {i: p for i, p in problems.items() if not cfg.problems.ids or i in cfg.problems.ids}
+    if cfg.problems.categories:
+        chosen = {i: p for i, p in chosen.items() if p.meta.category in cfg.problems.categories}
+        if not chosen:
+            raise ConfigError(f"problems.categories: no problem in {cfg.problems.categories}")
+    for p in chosen.values():
+        if isinstance(cfg.eval.size, dict):
+            unknown = sorted(set(cfg.eval.size) - set(p.meta.sizes["default"]))
+            if unknown:
+                raise ConfigError(f"eval.size: {p.id} has no size knob {unknown} ({sorted(p.meta.sizes['default'])})")
+        elif cfg.eval.size not in p.meta.sizes:
+            raise ConfigError(f"eval.size: {cfg.eval.size!r} is not a size preset of {p.id} ({sorted(p.meta.sizes)})")
+        if cfg.eval.dtype and cfg.eval.dtype not in p.meta.dtypes:
+            raise ConfigError(f"eval.dtype: {cfg.eval.dtype!r} is not supported by {p.id} ({p.meta.dtypes})")
+    for pid, per_dtype in cfg.eval.tolerances.items():
+        if pid != ALL_PROBLEMS and pid not in problems:
+            raise ConfigError(f"eval.tolerances.{pid}: unknown problem id; known: {sorted(problems)} or {ALL_PROBLEMS}")
+        dtypes = set(problems[pid].meta.dtypes) if pid != ALL_PROBLEMS else {d for p in problems.values() for d in p.meta.dtypes}
+        for dtype in per_dtype:
+            if dtype not in dtypes:
+                raise ConfigError(f"eval.tolerances.{pid}.{dtype}: not a dtype of {pid} ({sorted(dtypes)})")
+    return chosen
