@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The GPU-side checks on the device machine (2 x H200), results under $OUT:
+#   run(command="STEPS='kernels problems' bash scripts/device_checks.sh", carry=[".devdeps"], kind="nvidia-h200-x2")
+# A device call is limited to 10 minutes: run the steps in two or three calls (kernels + problems,
+# bench, baselines). Each step has its own time limit so one slow step cannot starve the next, and
+# a failing step does not stop the others. STEPS defaults to all of them.
+#   kernels   tests/test_kernels_on_gpu.py   every expert kernel correct at each of its paths
+#   problems  tests/test_problems_on_gpu.py  every problem's reference with NCCL against its oracle
+#   bench     scripts/bench_kernels.py       expert kernels vs NCCL, 4 KiB..256 MiB  -> $OUT/kernels.json
+#   baselines python -m pkb_ray.baselines    every reference at its default size     -> $OUT/baselines/h200_2.json
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT" /tmp/site
+if [ -f .devdeps/site.tar.xz ]; then tar xJf .devdeps/site.tar.xz -C /tmp/site; fi
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 RAY_DISABLE_USAGE_STATS=1
+STEPS=${STEPS:-"kernels problems bench baselines"}
+nvidia-smi -L | tee "$OUT/gpus.txt"
+for step in $STEPS; do
+  echo "=== $step $(date +%T)"
+  case $step in
+    kernels)   timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_on_gpu.py 2>&1 | tail -40 ;;
+    problems)  timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_problems_on_gpu.py 2>&1 | tail -40 ;;
+    bench)     timeout 420 python3 scripts/bench_kernels.py --device cuda --timeout 30 --out "$OUT/kernels.json" 2>&1 | grep -v Warning ;;
+    baselines) timeout 540 python3 -m pkb_ray.baselines hardware=h200_2 eval=gpu eval.size=default wandb=disabled \
+                 "baselines_dir=$OUT/baselines" "hydra.run.dir=$OUT/baselines_run" cache_dir=/tmp/pkb_cache 2>&1 | tail -40 ;;
+    *) echo "unknown step $step" ;;
+  esac 2>&1 | tee "$OUT/$step.log"
+done
+echo "=== done $(date +%T)"
