@@ -43,10 +43,13 @@ def test_inputs_are_random_per_seed_and_rank(pid):
                            device=torch.device("cpu"), seed=seed)
         return torch.cat([a.flatten().double() for a in p.make_inputs(ctx) if isinstance(a, torch.Tensor)])
 
+    def same(x, y):  # NaN equals NaN: a problem may plant NaNs on purpose
+        return x.shape == y.shape and torch.equal(x.isnan(), y.isnan()) and torch.equal(x.nan_to_num(), y.nan_to_num())
+
     a = values(2, 1)
-    assert torch.equal(a, values(2, 1))  # reproducible: the reference process and the candidate's agree
-    assert not torch.equal(a, values(3, 1))
-    assert not torch.equal(a, values(2, 0))
+    assert same(a, values(2, 1))  # reproducible: the reference process and the candidate's agree
+    assert not same(a, values(3, 1))
+    assert not same(a, values(2, 0))
     assert a.numel() > 0 and a.unique().numel() > a.numel() // 10  # not a constant fill
 
 
@@ -59,7 +62,9 @@ def test_speed_of_light_is_positive_and_grows_with_size(pid):
     small = p.speed_of_light(p.meta.sizes["small"], w, dtype)
     default = p.speed_of_light(p.meta.sizes["default"], w, dtype)
     assert small.interconnect_bytes > 0 and small.hbm_bytes > 0
-    assert default.interconnect_bytes > small.interconnect_bytes
+    # a flag or a norm is latency-bound at every size: its bytes need not grow, the rest must
+    assert default.interconnect_bytes >= small.interconnect_bytes
+    assert default.hbm_bytes + default.flops > small.hbm_bytes + small.flops
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
@@ -89,3 +94,14 @@ def test_copy_of_reference_is_correct(make_harness, pid, world_size):
     assert result.speedup and result.speedup > 0
     assert result.sol_time_us and result.sol_fraction and result.sol_fraction > 0
     assert {t.rank for t in result.trials} == set(range(world_size))
+
+
+def test_the_problem_list_in_docs_is_up_to_date():
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    done = subprocess.run([sys.executable, str(REPO / "scripts/problems_doc.py"), "--check"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
