@@ -25,10 +25,38 @@ class _Strict(BaseModel):
 
 
 class ModelConfig(_Strict):
-    """Where samples come from. ``replay`` reads a sample set from disk (no LLM)."""
+    """Where samples come from: ``replay`` reads a sample set from disk; ``openai`` asks any
+    OpenAI-compatible chat-completions endpoint (hosted, or a local vLLM / SGLang server)."""
 
     name: str = "replay"
-    samples: str = Field("samples/replay", description="a replay folder, a .jsonl/.parquet file, or a folder of them")
+    provider: Literal["replay", "openai"] = "replay"
+    samples: str | None = Field("samples/replay", description="replay: a replay folder, a .jsonl/.parquet file, "
+                                                              "or a folder of them")
+    base_url: str | None = Field(None, description="openai: the endpoint, e.g. https://api.openai.com/v1")
+    model_id: str | None = Field(None, description="openai: the model name the endpoint serves")
+    api_key_env: str | None = Field("OPENAI_API_KEY", description="the environment variable holding the API key "
+                                                                  "(the key itself is never in a config); None: none")
+    samples_per_problem: int = Field(4, ge=1, description="K samples per problem (and backend)")
+    temperature: float = Field(0.7, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    max_tokens: int = Field(8192, ge=1)
+    seed: int | None = Field(0, description="request seed (sample i of a problem asks with seed + i)")
+    concurrency: int = Field(8, ge=1, description="requests in flight at once")
+    requests_per_second: float = Field(2.0, gt=0)
+    max_retries: int = Field(6, ge=0, description="retries of a request on 429, 5xx, timeouts, dropped connections")
+    timeout_s: float = Field(600.0, gt=0, description="limit for one request")
+    refine_rounds: int = Field(0, ge=0, description="rounds of feedback: failed or slow samples go back to the model")
+    refine_below_speedup: float = Field(1.0, gt=0, description="a correct sample slower than this is refined too")
+
+    @model_validator(mode="after")
+    def _endpoint(self) -> "ModelConfig":
+        if self.provider == "openai":
+            missing = [k for k in ("base_url", "model_id") if not getattr(self, k)]
+            if missing:
+                raise ValueError(f"provider 'openai' needs {' and '.join(missing)}")
+        elif not self.samples:
+            raise ValueError("provider 'replay' needs samples (a folder or file of samples)")
+        return self
 
 
 class ProblemsConfig(_Strict):
@@ -146,6 +174,8 @@ class SweepConfig(_Strict):
     output_dir: str = "."
     results_dir: str | None = Field(None, description="None: <output_dir>/results. Name a folder to resume a "
                                                       "sweep there: samples with a final result are skipped")
+    generated_dir: str | None = Field(None, description="None: <output_dir>/generated. Generated samples (Parquet); "
+                                                        "name a folder to reuse them: nothing is generated twice")
     cache_dir: str = Field("~/.cache/pkb_ray", description="reference outputs, reused across runs")
     baselines_dir: str = Field("baselines", description="reference timings per hardware profile "
                                                         "(python -m pkb_ray.baselines writes <name>.json there)")

@@ -200,3 +200,25 @@ def curves(df: pd.DataFrame, by: Sequence[str] = ("model",), ps: Sequence[float]
                 out.append({**dict(zip(by, key)), "metric": name, "k": k, "value": sum(values) / len(values),
                             "problems": len(values)})
     return pd.DataFrame(out, columns=by + ["metric", "k", "value", "problems"])
+
+
+SAMPLE_SLOT = ["model", "problem_id", "sample_index", "world_size"]  # one answer per slot and round
+
+
+def state_after(df: pd.DataFrame, round_: int) -> pd.DataFrame:
+    """Each sample's latest version after refinement round ``round_`` (round 0: the first answers)."""
+    if df.empty:
+        return df
+    rounds = df["round"].fillna(0).astype(int) if "round" in df else pd.Series(0, index=df.index)
+    kept = df[rounds <= round_].assign(_round=rounds[rounds <= round_])
+    return kept.sort_values("_round").drop_duplicates(SAMPLE_SLOT, keep="last").drop(columns="_round")
+
+
+def by_round(df: pd.DataFrame, max_round: int) -> pd.DataFrame:
+    """pass@1 and fast_1.0@1 per model after each refinement round 0..max_round."""
+    frames = []
+    for r in range(max_round + 1):
+        s = summarize(state_after(df, r), ["model"], ks=(1,), ps=(1.0,))
+        frames.append(s[["model", "n", pass_col(1), fast_col(1.0), "geomean_speedup"]].assign(round=r))
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return out[["model", "round", "n", pass_col(1), fast_col(1.0), "geomean_speedup"]] if len(out) else out

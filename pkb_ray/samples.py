@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 import pyarrow.parquet as pq
 
-from pkb_ray.schema import Result, is_final, results_to_table
+from pkb_ray.schema import RESULT_SCHEMA, Result, is_final, results_to_table
 
 _HEADER = re.compile(r"^#\s*([a-z_]+):\s*(.*?)\s*$")
 
@@ -97,7 +97,8 @@ def read_results(out_dir: str | Path):
         import pandas as pd
 
         return pd.DataFrame()
-    return ds.dataset(files, format="parquet").to_table().to_pandas()
+    # the current schema: files written before a column existed read it as null
+    return ds.dataset(files, format="parquet", schema=RESULT_SCHEMA).to_table().to_pandas()
 
 
 def finished(out_dir: str | Path) -> set[tuple[str, int]]:

@@ -99,10 +99,12 @@ class Result(BaseModel):
     phase_seconds: dict[str, float] = Field(default_factory=dict)  # reference, ready, trials, check, timing, cleanup
     gang: str = ""  # the gang actor that evaluated it
     duplicate_of: str = ""  # sample_key of the identical sample whose evaluation this row shares
+    round: int = 0  # refinement round of the sample: 0 = first answer, r = after r rounds of feedback
     source: str = ""
 
     @classmethod
     def for_sample(cls, sample: Sample, status: Status, message: str = "", **fields: Any) -> "Result":
+        fields.setdefault("round", int(sample.metadata.get("round", 0) or 0))
         return cls(
             sample_key=sample.key,
             problem_id=sample.problem_id,
@@ -179,6 +181,7 @@ RESULT_SCHEMA = pa.schema(
         ("phase_seconds", pa.map_(pa.string(), pa.float64())),
         ("gang", pa.string()),
         ("duplicate_of", pa.string()),
+        ("round", pa.int32()),
         ("source", pa.string()),
     ]
 )

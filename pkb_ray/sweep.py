@@ -24,8 +24,11 @@ from pkb_ray.gang import NOSET_CUDA
 from pkb_ray.pipeline import run_pipeline, select_rows
 from pkb_ray.problem import ProblemError, load_problems
 from pkb_ray.report import write as write_report
+from pkb_ray.llm import GenerationError, api_key
+from pkb_ray.metrics import by_round, state_after
 from pkb_ray.samples import read_results, read_samples
 from pkb_ray.selection import check_against_problems, resolve_path
+from pkb_ray.stages.generate import first_requests, generate, refine_requests
 from pkb_ray.summary import format_summary
 from pkb_ray.tracking import Tracker
 
@@ -61,15 +64,36 @@ def run(cfg: SweepConfig, out_dir: Path, sweep_group: str | None = None, job: st
     """
     problems = load_problems(resolve_path(cfg.problems_dir) if cfg.problems_dir else None)
     chosen = check_against_problems(cfg, problems)
-    # all problems: a row naming a problem of none is kept (validate reports it), one of another set is not
-    rows = select_rows(read_samples(resolve_path(cfg.model.samples), cfg.model.name), cfg, problems)
     results_dir = resolve_path(cfg.results_dir) if cfg.results_dir else out_dir / "results"
+    problems_dir = str(resolve_path(cfg.problems_dir)) if cfg.problems_dir else None
+    generated_dir = resolve_path(cfg.generated_dir) if cfg.generated_dir else out_dir / "generated"
+    if cfg.model.provider == "replay":
+        # all problems: a row naming a problem of none is kept (validate reports it), one of another set is not
+        rows = select_rows(read_samples(resolve_path(cfg.model.samples), cfg.model.name), cfg, problems)
+        start_ray(cfg)
+    else:
+        api_key(cfg.model)  # a missing key fails here, before any work
+        start_ray(cfg)
+        rows = generate(first_requests(cfg, chosen), cfg, generated_dir)
     log.info("%d samples of %d problems -> %s", len(rows), len(chosen), results_dir)
-    start_ray(cfg)
-    run_pipeline(rows, cfg, problems, results_dir,
-                 problems_dir=str(resolve_path(cfg.problems_dir)) if cfg.problems_dir else None)
-    df = latest(read_results(results_dir))  # this run's rows and those of the runs it resumes
+    run_pipeline(rows, cfg, problems, results_dir, problems_dir=problems_dir)
+    generated = list(rows)
+    for round_ in range(1, cfg.model.refine_rounds + 1 if cfg.model.provider != "replay" else 1):
+        asks = refine_requests(cfg, chosen, latest(read_results(results_dir)), generated, round_)
+        log.info("refinement round %d: %d samples go back to the model", round_, len(asks))
+        if not asks:
+            break
+        new = generate(asks, cfg, generated_dir)
+        generated += new
+        run_pipeline(new, cfg, problems, results_dir, problems_dir=problems_dir)
+    everything = latest(read_results(results_dir))  # this run's rows and those of the runs it resumes
+    rounds = int(everything["round"].fillna(0).max()) if len(everything) else 0
+    df = state_after(everything, rounds)  # each sample's latest version counts once
     print(format_summary(df), flush=True)
+    per_round = by_round(everything, rounds) if rounds else None
+    if per_round is not None:
+        print("after each refinement round:\n" + per_round.to_string(index=False, float_format=lambda x: f"{x:.3f}"),
+              flush=True)
     page = None
     if len(df):
         html_path, md_path = write_report(df, out_dir, title=f"{cfg.model.name} on {cfg.hardware.name}")
@@ -79,6 +103,8 @@ def run(cfg: SweepConfig, out_dir: Path, sweep_group: str | None = None, job: st
                       group=sweep_group, job_type=job)
     try:
         tracker.log_results(df, page)
+        if per_round is not None:
+            tracker.log_rounds(per_round)
     finally:
         tracker.close()
     return df
@@ -98,7 +124,7 @@ def main(raw: DictConfig) -> None:
     try:
         cfg = validate_config(OmegaConf.to_container(raw, resolve=True), source="config")
         run(cfg, Path(cfg.output_dir), *sweep_identity())
-    except (ConfigError, ProblemError, FileNotFoundError) as exc:
+    except (ConfigError, ProblemError, FileNotFoundError, GenerationError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     finally:

@@ -99,6 +99,21 @@ class Tracker:
             logged["report"] = wandb.Html(report_html, inject=False)
         self.run.log(logged)
 
+    def log_rounds(self, per_round: pd.DataFrame) -> None:
+        """pass@1 and fast_1@1 after each refinement round: a table, a line plot, and summary keys."""
+        if not self.run or per_round.empty:
+            return
+        import wandb
+
+        single = per_round["model"].nunique() == 1
+        for row in per_round.to_dict("records"):
+            prefix = f"round{row['round']}" if single else f"{row['model']}/round{row['round']}"
+            self.run.summary[f"{prefix}/pass@1"] = row["pass@1"]
+            self.run.summary[f"{prefix}/fast_1.0@1"] = row["fast_1.0@1"]
+        table = wandb.Table(dataframe=per_round.reset_index(drop=True))
+        self.run.log({"rounds": table, "rounds_plot": wandb.plot.line(table, "round", "pass@1", stroke="model",
+                                                                       title="pass@1 after each refinement round")})
+
     def close(self) -> None:
         if self.run:
             self.run.finish()

@@ -59,6 +59,8 @@ def _problem_mismatch(sample: Sample, problem: Problem | None, world_size: int) 
 
 
 def _source_problem(sample: Sample, problem: Problem) -> str:
+    if sample.metadata.get("generation_error"):  # the model's reply held no usable solution
+        return sample.metadata["generation_error"]
     if not sample.source.strip():
         return "empty source"
     if len(sample.source.encode()) > MAX_SOURCE_BYTES:

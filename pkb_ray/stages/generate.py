@@ -1,0 +1,175 @@
+"""Generation: K samples per problem and backend from a chat endpoint, and refinement rounds.
+
+A Ray Data stage: the requests stream through one ``Generator`` actor (so its concurrency and
+requests-per-second limits are global), which asks the endpoint (:mod:`pkb_ray.llm`) and turns
+each reply into a sample row. Rows are written to Parquet as they arrive
+(``<generated_dir>/round=<r>/part-*.parquet``, atomically) before anything is evaluated; a run
+that names the same folder again generates only what is missing.
+
+A sample row keeps in ``metadata``: the round, the raw reply, token counts, finish reason,
+latency, attempts, the endpoint's model name, the request seed, ``parent_key`` (the sample it
+refines) and ``feedback`` (what the model was told), or ``generation_error`` when the reply held
+no solution (validation turns that into ``invalid_sample`` with the message).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import ray
+
+from pkb_ray.config import ModelConfig, SweepConfig
+from pkb_ray.llm import ChatClient, GenerationError, extract_code
+from pkb_ray.problem import Problem
+from pkb_ray.prompt import feedback, messages
+from pkb_ray.samples import read_samples
+from pkb_ray.schema import Sample
+
+log = logging.getLogger("pkb_ray.generate")
+META_KEYS = ("round", "raw_reply", "prompt_tokens", "completion_tokens", "finish_reason", "latency_s", "attempts",
+             "endpoint_model", "seed", "parent_key", "feedback", "generation_error")
+ROW_SCHEMA = pa.schema([("problem_id", pa.string()), ("model", pa.string()), ("sample_index", pa.int64()),
+                        ("backend", pa.string()), ("source", pa.string()),
+                        ("metadata", pa.struct([(k, pa.string()) for k in META_KEYS]))])
+BACKENDS = ("torch", "cuda", "triton")
+
+
+def model_label(cfg: SweepConfig, backend: str) -> str:
+    """Samples of several backends are told apart as models (``name:backend``): pass@k pools per model."""
+    backends = cfg.backend.backends or list(BACKENDS)
+    return cfg.model.name if len(backends) == 1 else f"{cfg.model.name}:{backend}"
+
+
+def first_requests(cfg: SweepConfig, problems: dict[str, Problem]) -> list[dict[str, Any]]:
+    """Round 0: K requests per chosen problem and backend."""
+    out = []
+    for pid, problem in sorted(problems.items()):
+        for backend in cfg.backend.backends or BACKENDS:
+            msgs = messages(problem, backend, cfg)
+            for i in range(cfg.model.samples_per_problem):
+                seed = None if cfg.model.seed is None else cfg.model.seed + i
+                out.append({"problem_id": pid, "backend": backend, "model": model_label(cfg, backend),
+                            "sample_index": i, "round": 0, "seed": seed, "messages": json.dumps(msgs),
+                            "parent_key": "", "feedback": ""})
+    return out
+
+
+def _key(row: dict[str, Any]) -> tuple:
+    meta = row.get("metadata") or {}
+    return row["model"], row["problem_id"], int(row["sample_index"]), int(meta.get("round") or row.get("round") or 0)
+
+
+class Generator:
+    """Ray Data actor: asks the endpoint for a batch of requests, ``concurrency`` at a time."""
+
+    def __init__(self, model: dict[str, Any]):
+        self.cfg = ModelConfig.model_validate(model)
+        self.client = ChatClient(self.cfg)
+        self.pool = ThreadPoolExecutor(self.cfg.concurrency)
+
+    def _one(self, req: dict[str, Any]) -> dict[str, Any]:
+        meta = dict.fromkeys(META_KEYS, "")
+        meta.update(round=str(req["round"]), seed="" if pd.isna(req["seed"]) else str(int(req["seed"])),
+                    parent_key=req["parent_key"], feedback=req["feedback"])
+        source = ""
+        try:
+            reply = self.client.complete(json.loads(req["messages"]),
+                                         seed=None if pd.isna(req["seed"]) else int(req["seed"]))
+        except GenerationError as exc:
+            meta["generation_error"] = f"generation failed: {exc}"
+        else:
+            meta.update(raw_reply=reply.content, prompt_tokens=str(reply.prompt_tokens),
+                        completion_tokens=str(reply.completion_tokens), finish_reason=reply.finish_reason,
+                        latency_s=f"{reply.latency_s:.3f}", attempts=str(reply.attempts), endpoint_model=reply.model)
+            code, why = extract_code(reply.content)
+            if code is None:
+                meta["generation_error"] = f"no solution in the model's reply: {why}"
+            else:
+                source = code
+        return {"problem_id": req["problem_id"], "model": req["model"], "sample_index": int(req["sample_index"]),
+                "backend": req["backend"], "source": source, "metadata": meta}
+
+    def __call__(self, batch: pd.DataFrame) -> pd.DataFrame:
+        return pd.DataFrame(list(self.pool.map(self._one, batch.to_dict("records"))))
+
+
+def write_rows(rows: list[dict[str, Any]], out_dir: Path, round_: int) -> Path:
+    part = Path(out_dir) / f"round={round_}"
+    part.mkdir(parents=True, exist_ok=True)
+    final = part / f"part-{uuid.uuid4().hex[:12]}.parquet"
+    tmp = final.with_suffix(".parquet.tmp")
+    pq.write_table(pa.Table.from_pylist(rows, schema=ROW_SCHEMA), tmp)
+    tmp.rename(final)  # a reader never sees half a file
+    return final
+
+
+def generate(requests: list[dict[str, Any]], cfg: SweepConfig, out_dir: Path) -> list[dict[str, Any]]:
+    """Sample rows for ``requests``: those already in ``out_dir`` are reused, the rest generated and written."""
+    have = {_key(r): r for r in read_samples(out_dir)} if Path(out_dir).is_dir() else {}
+    todo = [r for r in requests if _key(r) not in have]
+    reused = [have[_key(r)] for r in requests if _key(r) in have]
+    if reused:
+        log.info("%d generated samples reused from %s", len(reused), out_dir)
+    if not todo:
+        return reused
+    log.info("generating %d samples from %s (%s), %d at a time", len(todo), cfg.model.model_id, cfg.model.base_url,
+             cfg.model.concurrency)
+    ds = ray.data.from_items(todo).map_batches(
+        Generator, fn_constructor_kwargs={"model": cfg.model.model_dump(mode="json")},
+        batch_size=cfg.model.concurrency, batch_format="pandas",
+        compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0)  # one actor: the limits hold for the run
+    made = []
+    for batch in ds.iter_batches(batch_size=cfg.model.concurrency, batch_format="pandas"):
+        rows = batch.to_dict("records")
+        write_rows(rows, out_dir, int(rows[0]["metadata"]["round"]))
+        made += rows
+        errors = sum(bool(r["metadata"]["generation_error"]) for r in rows)
+        log.info("generated %d/%d samples (%d without a solution)", len(made), len(todo), errors)
+    return reused + made
+
+
+def refine_requests(cfg: SweepConfig, problems: dict[str, Problem], results: pd.DataFrame,
+                    generated: list[dict[str, Any]], round_: int) -> list[dict[str, Any]]:
+    """Requests of round ``round_``: the samples of the previous round that failed or were slow, each with
+    its conversation so far and the evaluator's feedback."""
+    by_key = {Sample.model_validate(r).key if r.get("source") is not None else None: r for r in generated}
+    prev = results[results["round"].fillna(0).astype(int) == round_ - 1]
+    prev = prev.sort_values("world_size").drop_duplicates(["model", "problem_id", "sample_index"])
+    out = []
+    for res in prev.to_dict("records"):
+        slow = res["status"] == "correct" and (res.get("speedup") or 0) < cfg.model.refine_below_speedup
+        if res["status"] == "correct" and not slow:
+            continue
+        row = by_key.get(res["sample_key"])
+        if row is None or res["problem_id"] not in problems:
+            continue
+        history = _conversation(row, by_key)
+        text = feedback(res, cfg, cfg.model.refine_below_speedup)
+        base = messages(problems[res["problem_id"]], row["backend"], cfg)
+        seed = row["metadata"].get("seed")
+        out.append({"problem_id": row["problem_id"], "backend": row["backend"], "model": row["model"],
+                    "sample_index": int(row["sample_index"]), "round": round_,
+                    "seed": int(seed) + 1000 if seed else None,  # another draw than the answer it refines
+                    "messages": json.dumps(base + history + [{"role": "user", "content": text}]),
+                    "parent_key": res["sample_key"], "feedback": text})
+    return out
+
+
+def _conversation(row: dict[str, Any], by_key: dict) -> list[dict[str, str]]:
+    """The assistant replies and feedback that led to ``row``, oldest first, ending with its reply."""
+    turns = []
+    while row is not None:
+        meta = row["metadata"]
+        turns.insert(0, {"role": "assistant", "content": meta.get("raw_reply") or "(no reply)"})
+        if meta.get("feedback"):
+            turns.insert(0, {"role": "user", "content": meta["feedback"]})
+        row = by_key.get(meta.get("parent_key")) if meta.get("parent_key") else None
+    return turns
