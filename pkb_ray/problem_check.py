@@ -78,14 +78,14 @@ def check(problems: dict[str, Problem], ids: list[str], world_size: int, presets
           device: str = "cpu") -> dict[str, str]:
     """Failures by ``pid|preset|dtype|seed`` (empty: every reference agrees with its oracle).
 
-    Problems that do not support ``world_size`` are skipped; ``dtype`` None means each
-    problem's first dtype. ``device="cuda"``: ranks on GPUs 0..W-1 with NCCL (the oracle still
+    Problems that do not support ``world_size`` (or ``dtype``) are skipped; ``dtype`` None means
+    each problem's first dtype. ``device="cuda"``: ranks on GPUs 0..W-1 with NCCL (the oracle still
     runs on the CPU, from the same inputs made on the CPU).
     """
     plan, failures = [], {}
     for pid in ids:
         p = problems[pid]
-        if not p.meta.world_sizes.supports(world_size):
+        if not p.meta.world_sizes.supports(world_size) or (dtype and dtype not in p.meta.dtypes):
             continue
         if p.oracle is None:
             failures[pid] = "no oracle(inputs, size, world_size) in the problem file"

@@ -49,8 +49,9 @@ def main() -> int:
         for key, why in failures.items():
             print(f"FAIL W={w} {key}: {why}")
         failed += len(failures)
-        print(f"W={w}: {sum(p.meta.world_sizes.supports(w) for p in map(problems.get, ids))} problems, "
-              f"{len(failures)} failure(s)", flush=True)
+        checked = sum(p.meta.world_sizes.supports(w) and (not args.dtype or args.dtype in p.meta.dtypes)
+                      for p in map(problems.get, ids))
+        print(f"W={w}: {checked} problems, {len(failures)} failure(s)", flush=True)
     return 1 if failed else 0
 
 
