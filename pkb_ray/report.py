@@ -25,7 +25,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from pkb_ray.metrics import curves, fast_col, pass_col, summarize
+from pkb_ray.metrics import by_round, curves, fast_col, pass_col, state_after, summarize
 from pkb_ray.schema import Status
 
 STATUS_COLORS = {
@@ -43,6 +43,8 @@ NOTES = {
                 "are hangs and dead ranks; wrong_output ran but disagreed with the reference.",
     "problems": "Best speedup among the model's correct samples of the problem, and that sample's fraction of "
                 "the speed-of-light time (1.0 = at the hardware bound).",
+    "refinement": "Failed or slow samples went back to the model with the evaluator's feedback; each row counts "
+                  "every sample's latest version after that round (round 0: the first answers).",
 }
 SECTIONS = {"leaderboard": "Leaderboard", "pass-at-k": "pass@k and fast_1@k", "speedups": "Speedups of correct samples",
             "failures": "Why samples fail", "problems": "Per problem"}
@@ -230,8 +232,12 @@ thead th { background: #f5f7fa; position: sticky; top: 0; } svg { max-width: 100
 
 
 def build(df: pd.DataFrame, title: str = "pkb_ray report") -> tuple[str, str]:
-    """(HTML page, Markdown summary) of result rows."""
+    """(HTML page, Markdown summary) of result rows. With refinement rounds, every section counts
+    each sample's latest version, and a section shows pass@1 and fast_1@1 after each round."""
     df = prepare(df)
+    last = int(df["round"].fillna(0).max()) if "round" in df and len(df) else 0
+    rounds = by_round(df, last) if last else None
+    df = state_after(df, last)
     board, problems = leaderboard(df), per_problem(df)
     failures = status_table(df, ["model", "category"])
     speed = category_speedups(df)
@@ -246,9 +252,13 @@ def build(df: pd.DataFrame, title: str = "pkb_ray report") -> tuple[str, str]:
         "failures": figure_failures(df) + html_table(failures),
         "problems": html_table(problems),
     }
-    nav = "".join(f'<a href="#{k}">{v}</a>' for k, v in SECTIONS.items())
-    body = "".join(f'<section id="{k}"><h2>{SECTIONS[k]}</h2><p class="note">{html.escape(NOTES[k])}</p>'
-                   f'{blocks[k]}</section>' for k in SECTIONS)
+    sections = dict(SECTIONS)
+    if rounds is not None:
+        sections["refinement"] = "After each refinement round"
+        blocks["refinement"] = html_table(rounds)
+    nav = "".join(f'<a href="#{k}">{v}</a>' for k, v in sections.items())
+    body = "".join(f'<section id="{k}"><h2>{sections[k]}</h2><p class="note">{html.escape(NOTES[k])}</p>'
+                   f'{blocks[k]}</section>' for k in sections)
     page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1><p class='meta'>{html.escape(meta)}</p>"
             f"<nav>{nav}</nav>{body}</body></html>\n")
@@ -262,7 +272,8 @@ def build(df: pd.DataFrame, title: str = "pkb_ray report") -> tuple[str, str]:
         f"## {SECTIONS['speedups']}", "", NOTES["speedups"], "", markdown_table(speed),
         f"## {SECTIONS['failures']}", "", NOTES["failures"], "", markdown_table(failures),
         f"## {SECTIONS['problems']}", "", NOTES["problems"], "", markdown_table(problems),
-    ])
+    ] + ([f"## {sections['refinement']}", "", NOTES["refinement"], "", markdown_table(rounds)]
+         if rounds is not None else []))
     return page, md
 
 

@@ -96,7 +96,7 @@ def run(cfg: SweepConfig, out_dir: Path, sweep_group: str | None = None, job: st
               flush=True)
     page = None
     if len(df):
-        html_path, md_path = write_report(df, out_dir, title=f"{cfg.model.name} on {cfg.hardware.name}")
+        html_path, md_path = write_report(everything, out_dir, title=f"{cfg.model.name} on {cfg.hardware.name}")
         page = html_path.read_text()
         log.info("report: %s (and %s)", html_path, md_path.name)
     tracker = Tracker(cfg.wandb, cfg.model_dump(mode="json"), out_dir, name=f"{cfg.model.name}-{cfg.hardware.name}",

@@ -87,3 +87,25 @@ def test_the_script_writes_the_page_and_names_a_missing_folder(run_dir, tmp_path
     bad = subprocess.run([sys.executable, str(REPO / "scripts/report.py"), str(tmp_path / "nowhere")],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "nowhere" in bad.stderr
+
+
+def test_refined_samples_count_once_and_each_round_is_shown(tmp_path):
+    rows = results()
+    # weak's two wrong all_reduce answers are refined into correct ones in round 1
+    for r in [r for r in rows if r.model == "weak" and r.problem_id == "all_reduce" and r.status == "wrong_output"]:
+        s = Sample(problem_id="all_reduce", model="weak", sample_index=r.sample_index, source=r.source + "# v2\n",
+                   metadata={"round": "1"})
+        rows.append(Result.for_sample(s, Status.CORRECT, world_size=2, hardware="h200_2", category="collective",
+                                      speedup=1.3, sol_fraction=0.13))
+    write_results(rows, tmp_path / "run" / "results")
+    df = read_runs([tmp_path / "run"])
+    assert len(df) == 26 and set(df["round"]) == {0, 1}
+    page, md = write(df, tmp_path / "out")
+    text = md.read_text()
+    board = text.split("## Leaderboard")[1].split("##")[0]
+    weak = next(line for line in board.splitlines() if "| weak |" in line)
+    assert "| 12 |" in weak  # still 12 samples: the refined versions replace the first answers
+    assert "| 0.417 |" in weak  # pass@1 = (3/4 + 1/4 + 1/4) / 3 after round 1 (was 0.25)
+    rounds = text.split("## After each refinement round")[1]
+    assert "| weak | 0 | 12 | 0.25 |" in rounds and "| weak | 1 | 12 | 0.417 |" in rounds
+    assert 'id="refinement"' in page.read_text()
