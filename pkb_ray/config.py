@@ -40,6 +40,9 @@ class ModelConfig(_Strict):
     temperature: float = Field(0.7, ge=0)
     top_p: float | None = Field(None, gt=0, le=1)
     max_tokens: int = Field(8192, ge=1)
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = Field(
+        "max_tokens", description="the request field for max_tokens: OpenAI's reasoning models take only "
+                                  "max_completion_tokens")
     seed: int | None = Field(0, description="request seed (sample i of a problem asks with seed + i)")
     concurrency: int = Field(8, ge=1, description="requests in flight at once")
     requests_per_second: float = Field(2.0, gt=0)

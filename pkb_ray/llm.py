@@ -99,13 +99,13 @@ class ChatClient:
     def complete(self, messages: list[dict], seed: int | None = None) -> Reply:
         cfg = self.cfg
         extra = {k: v for k, v in (("top_p", cfg.top_p), ("seed", seed)) if v is not None}
+        extra[cfg.max_tokens_field] = cfg.max_tokens
         for attempt in range(cfg.max_retries + 1):
             self.limiter.acquire()
             t0 = time.monotonic()
             try:
                 r = self.client.chat.completions.create(model=cfg.model_id, messages=messages,
-                                                        temperature=cfg.temperature, max_tokens=cfg.max_tokens,
-                                                        **extra)
+                                                        temperature=cfg.temperature, **extra)
             except Exception as exc:  # noqa: BLE001 - sorted into retry / fail below
                 if not isinstance(exc, self.openai.OpenAIError):
                     raise GenerationError(f"malformed reply from the endpoint: {type(exc).__name__}: {exc}") from None

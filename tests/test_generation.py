@@ -39,7 +39,15 @@ def test_retries_on_429_and_500_then_succeeds():
             [{"role": "user", "content": "hi"}], seed=7)
     assert reply.attempts == 3 and reply.prompt_tokens == 100 and reply.completion_tokens == 50
     assert len(ep.requests) == 3 and ep.requests[0]["seed"] == 7 and ep.requests[0]["model"] == "fake-model"
+    assert ep.requests[0]["max_tokens"] == 8192 and "max_completion_tokens" not in ep.requests[0]
     assert extract_code(reply.content)[0].startswith("def solution(x):")
+
+
+def test_reasoning_models_get_max_completion_tokens():
+    with Endpoint(lambda body, n: (200, code_reply("def solution(x):\n    return x"))) as ep:
+        ChatClient(model(ep.base_url, max_tokens=1000, max_tokens_field="max_completion_tokens")).complete(
+            [{"role": "user", "content": "x"}])
+    assert ep.requests[0]["max_completion_tokens"] == 1000 and "max_tokens" not in ep.requests[0]
 
 
 def test_gives_up_after_max_retries_and_does_not_retry_a_client_error():
