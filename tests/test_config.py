@@ -40,11 +40,13 @@ def test_group_choice_and_key_overrides():
         ("backend.backends=[fortran]", "backend.backends.0"),
         ("eval.tolerances={all_reduce:{float32:{atol:-1,rtol:0}}}", "eval.tolerances.all_reduce.float32.atol"),
         ("ray.num_gpus=-2", "ray.num_gpus"),
+        ("model.provider=openai", "model"),  # an endpoint needs base_url and model_id
+        ("model=vllm_local model.concurrency=0", "model.concurrency"),
     ],
 )
 def test_bad_values_fail_naming_the_key(override, key):
     with pytest.raises(ConfigError) as err:
-        validate_config(composed(override))
+        validate_config(composed(*override.split()))
     assert f": {key}" in str(err.value)
 
 
@@ -71,7 +73,9 @@ def test_size_may_be_explicit_knob_values(problems):
 
 def test_every_group_of_the_sweep_matrix_composes():
     for override in ("backend=cuda", "backend=triton", "backend=torch", "backend=all", "hardware=h100_8",
-                     "problems=collectives", "ray=cluster", "wandb=disabled", "wandb=online", "eval=gpu"):
+                     "problems=collectives", "ray=cluster", "wandb=disabled", "wandb=online", "eval=gpu",
+                     "model=kernels", "model=gpt_5", "model=claude_sonnet", "model=deepseek", "model=gemini",
+                     "model=vllm_local", "problems=llm", "problems=science", "problems=moe", "hardware=h200_8"):
         assert validate_config(composed(override))
     cfg = validate_config(composed("backend=cuda", "ray.resources={accel:2}", "wandb.tags=[nightly]",
                                    "eval.tolerances={ALL:{bfloat16:{atol:0.1,rtol:0.1}}}"))
