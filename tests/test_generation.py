@@ -85,7 +85,7 @@ def test_concurrency_and_rate_limits_are_respected():
 
         with ThreadPoolExecutor(cfg.concurrency) as pool:
             list(pool.map(lambda i: client.complete([{"role": "user", "content": str(i)}]), range(9)))
-    assert ep.max_in_flight == 3
+    assert 2 <= ep.max_in_flight <= 3  # never above the limit, and requests did run side by side
     # the token bucket: in any window, at most burst + rate * window requests arrive
     limiter = RateLimiter(5.0, burst=2)
     stamps = []
