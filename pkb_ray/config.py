@@ -155,7 +155,6 @@ class RayConfig(_Strict):
     include_dashboard: bool = False
 
 
-
 class WandbConfig(_Strict):
     mode: Literal["offline", "online", "disabled"] = "offline"
     project: str = "pkb_ray"

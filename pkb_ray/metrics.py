@@ -214,6 +214,12 @@ def state_after(df: pd.DataFrame, round_: int) -> pd.DataFrame:
     return kept.sort_values("_round").drop_duplicates(SAMPLE_SLOT, keep="last").drop(columns="_round")
 
 
+def final_and_rounds(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """(each sample's latest version, pass@1 and fast_1.0@1 after each round or None without refinement)."""
+    last = int(df["round"].fillna(0).max()) if "round" in df and len(df) else 0
+    return state_after(df, last), (by_round(df, last) if last else None)
+
+
 def by_round(df: pd.DataFrame, max_round: int) -> pd.DataFrame:
     """pass@1 and fast_1.0@1 per model after each refinement round 0..max_round."""
     frames = []

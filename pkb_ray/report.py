@@ -25,7 +25,8 @@ from typing import Iterable
 
 import pandas as pd
 
-from pkb_ray.metrics import by_round, curves, fast_col, pass_col, state_after, summarize
+from pkb_ray.metrics import curves, fast_col, final_and_rounds, pass_col, summarize
+from pkb_ray.samples import newest, read_results
 from pkb_ray.schema import Status
 
 STATUS_COLORS = {
@@ -234,10 +235,7 @@ thead th { background: #f5f7fa; position: sticky; top: 0; } svg { max-width: 100
 def build(df: pd.DataFrame, title: str = "pkb_ray report") -> tuple[str, str]:
     """(HTML page, Markdown summary) of result rows. With refinement rounds, every section counts
     each sample's latest version, and a section shows pass@1 and fast_1@1 after each round."""
-    df = prepare(df)
-    last = int(df["round"].fillna(0).max()) if "round" in df and len(df) else 0
-    rounds = by_round(df, last) if last else None
-    df = state_after(df, last)
+    df, rounds = final_and_rounds(prepare(df))
     board, problems = leaderboard(df), per_problem(df)
     failures = status_table(df, ["model", "category"])
     speed = category_speedups(df)
@@ -289,8 +287,6 @@ def write(df: pd.DataFrame, out_dir: Path, title: str = "pkb_ray report") -> tup
 
 def read_runs(paths: Iterable[Path]) -> pd.DataFrame:
     """Result rows of one or more runs: each path a results folder, or a run folder holding ``results/``."""
-    from pkb_ray.samples import read_results  # Parquet reading lives with the samples
-
     frames = []
     for p in map(Path, paths):
         folder = p / "results" if (p / "results").is_dir() else p
@@ -300,5 +296,4 @@ def read_runs(paths: Iterable[Path]) -> pd.DataFrame:
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if df.empty:
         raise ValueError(f"no result rows under {[str(p) for p in paths]}")
-    # a sample evaluated again (a resumed run, the same folder given twice) counts once: its newest row
-    return df.sort_values("finished_at").drop_duplicates(["sample_key", "world_size", "hardware"], keep="last")
+    return newest(df)

@@ -101,6 +101,14 @@ def read_results(out_dir: str | Path):
     return ds.dataset(files, format="parquet", schema=RESULT_SCHEMA).to_table().to_pandas()
 
 
+def newest(df):
+    """One row per evaluation (sample, world size, hardware): the newest. A resumed run evaluates
+    evaluator faults again, and one folder may be read twice."""
+    if df.empty:
+        return df
+    return df.sort_values("finished_at").drop_duplicates(["sample_key", "world_size", "hardware"], keep="last")
+
+
 def finished(out_dir: str | Path) -> set[tuple[str, int]]:
     """(sample_key, world_size) of the final results already under ``out_dir`` (for resuming)."""
     df = read_results(out_dir)

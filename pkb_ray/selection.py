@@ -41,7 +41,8 @@ def check_against_problems(cfg: SweepConfig, problems: dict[str, Problem]) -> di
     for pid, per_dtype in cfg.eval.tolerances.items():
         if pid != ALL_PROBLEMS and pid not in problems:
             raise ConfigError(f"eval.tolerances.{pid}: unknown problem id; known: {sorted(problems)} or {ALL_PROBLEMS}")
-        dtypes = set(problems[pid].meta.dtypes) if pid != ALL_PROBLEMS else {d for p in problems.values() for d in p.meta.dtypes}
+        covered = problems.values() if pid == ALL_PROBLEMS else [problems[pid]]
+        dtypes = {d for p in covered for d in p.meta.dtypes}
         for dtype in per_dtype:
             if dtype not in dtypes:
                 raise ConfigError(f"eval.tolerances.{pid}.{dtype}: not a dtype of {pid} ({sorted(dtypes)})")

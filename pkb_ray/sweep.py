@@ -13,20 +13,20 @@ import sys
 from pathlib import Path
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 import pandas as pd
 import ray
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from pkb_ray.config import ConfigError, SweepConfig, validate_config
 from pkb_ray.gang import NOSET_CUDA
+from pkb_ray.llm import GenerationError, api_key
+from pkb_ray.metrics import final_and_rounds
 from pkb_ray.pipeline import run_pipeline, select_rows
 from pkb_ray.problem import ProblemError, load_problems
 from pkb_ray.report import write as write_report
-from pkb_ray.llm import GenerationError, api_key
-from pkb_ray.metrics import by_round, state_after
-from pkb_ray.samples import read_results, read_samples
+from pkb_ray.samples import newest, read_results, read_samples
 from pkb_ray.selection import check_against_problems, resolve_path
 from pkb_ray.stages.generate import first_requests, generate, refine_requests
 from pkb_ray.summary import format_summary
@@ -47,13 +47,6 @@ def start_ray(cfg: SweepConfig) -> None:
         gpus = cfg.hardware.gpus_per_node * cfg.hardware.nodes  # logical GPUs: gangs of gloo ranks
     ray.init(num_cpus=cfg.ray.num_cpus, num_gpus=gpus, resources=cfg.ray.resources or None,
              include_dashboard=cfg.ray.include_dashboard, log_to_driver=True, configure_logging=False)
-
-
-def latest(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (sample, world size): the newest (a resumed run re-evaluates evaluator faults)."""
-    if df.empty:
-        return df
-    return df.sort_values("finished_at").drop_duplicates(["sample_key", "world_size"], keep="last")
 
 
 def run(cfg: SweepConfig, out_dir: Path, sweep_group: str | None = None, job: str | None = None) -> pd.DataFrame:
@@ -78,19 +71,18 @@ def run(cfg: SweepConfig, out_dir: Path, sweep_group: str | None = None, job: st
     log.info("%d samples of %d problems -> %s", len(rows), len(chosen), results_dir)
     run_pipeline(rows, cfg, problems, results_dir, problems_dir=problems_dir)
     generated = list(rows)
-    for round_ in range(1, cfg.model.refine_rounds + 1 if cfg.model.provider != "replay" else 1):
-        asks = refine_requests(cfg, chosen, latest(read_results(results_dir)), generated, round_)
+    refine_rounds = cfg.model.refine_rounds if cfg.model.provider == "openai" else 0
+    for round_ in range(1, refine_rounds + 1):
+        asks = refine_requests(cfg, chosen, newest(read_results(results_dir)), generated, round_)
         log.info("refinement round %d: %d samples go back to the model", round_, len(asks))
         if not asks:
             break
         new = generate(asks, cfg, generated_dir)
         generated += new
         run_pipeline(new, cfg, problems, results_dir, problems_dir=problems_dir)
-    everything = latest(read_results(results_dir))  # this run's rows and those of the runs it resumes
-    rounds = int(everything["round"].fillna(0).max()) if len(everything) else 0
-    df = state_after(everything, rounds)  # each sample's latest version counts once
+    everything = newest(read_results(results_dir))  # this run's rows and those of the runs it resumes
+    df, per_round = final_and_rounds(everything)  # each sample's latest version counts once
     print(format_summary(df), flush=True)
-    per_round = by_round(everything, rounds) if rounds else None
     if per_round is not None:
         print("after each refinement round:\n" + per_round.to_string(index=False, float_format=lambda x: f"{x:.3f}"),
               flush=True)

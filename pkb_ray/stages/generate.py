@@ -140,7 +140,7 @@ def refine_requests(cfg: SweepConfig, problems: dict[str, Problem], results: pd.
                     generated: list[dict[str, Any]], round_: int) -> list[dict[str, Any]]:
     """Requests of round ``round_``: the samples of the previous round that failed or were slow, each with
     its conversation so far and the evaluator's feedback."""
-    by_key = {Sample.model_validate(r).key if r.get("source") is not None else None: r for r in generated}
+    by_key = {Sample.model_validate(r).key: r for r in generated}
     prev = results[results["round"].fillna(0).astype(int) == round_ - 1]
     prev = prev.sort_values("world_size").drop_duplicates(["model", "problem_id", "sample_index"])
     out = []
