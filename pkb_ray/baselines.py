@@ -28,18 +28,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from pkb_ray.config import ConfigError, SweepConfig, validate_config
 from pkb_ray.harness import Harness
-from pkb_ray.problem import DTYPES, Problem, ProblemError, load_problems, solution_time_lower_bound
+from pkb_ray.problem import Problem, ProblemError, load_problems, sol_time_us
 from pkb_ray.schema import Sample, Status
 from pkb_ray.selection import check_against_problems, resolve_path
 
 log = logging.getLogger("pkb_ray.baselines")
 KEY = ("problem_id", "world_size", "size", "dtype")
-
-
-def sol_time_us(problem: Problem, knobs: dict[str, int], world_size: int, dtype: str, hardware) -> float:
-    traffic = problem.speed_of_light(knobs, world_size, DTYPES[dtype])
-    return 1e6 * solution_time_lower_bound(traffic, link_gbps=hardware.link_gbps, hbm_gbps=hardware.hbm_gbps,
-                                           tflops=hardware.tflops)
 
 
 def measure(cfg: SweepConfig, problems: dict[str, Problem], ids: list[str], work_dir: Path) -> list[dict[str, Any]]:

@@ -34,7 +34,7 @@ import torch
 from pkb_ray.config import EvalConfig, HardwareConfig
 from pkb_ray.correctness import compare
 from pkb_ray.cuda import DEFAULT_ARCH, ENV_ARCH, ENV_CACHE, ENV_TIMEOUT
-from pkb_ray.problem import DTYPES, Problem, Tolerance, solution_time_lower_bound
+from pkb_ray.problem import Problem, Tolerance, sol_time_us
 from pkb_ray.ranks import RankSet, StepOutcome
 from pkb_ray.runner.protocol import tensor_file
 from pkb_ray.schema import Result, Sample, Status, TrialRecord
@@ -308,9 +308,7 @@ class Harness:
         ref = [median_iqr(rep["ref_us"]) for rep in reports]
         cand = [median_iqr(rep["cand_us"]) for rep in reports]
         ref_t, cand_t = sample_time([m for m, _ in ref]), sample_time([m for m, _ in cand])
-        traffic = problem.speed_of_light(knobs, len(self.devices), DTYPES[dtype])
-        sol_us = 1e6 * solution_time_lower_bound(traffic, link_gbps=self.hardware.link_gbps,
-                                                 hbm_gbps=self.hardware.hbm_gbps, tflops=self.hardware.tflops)
+        sol_us = sol_time_us(problem, knobs, len(self.devices), dtype, self.hardware)
         fields = dict(trials=trials + timed, ref_median_us=[m for m, _ in ref], ref_iqr_us=[q for _, q in ref],
                       cand_median_us=[m for m, _ in cand], cand_iqr_us=[q for _, q in cand],
                       ref_time_us=ref_t, cand_time_us=cand_t, speedup=speedup(ref_t, cand_t),

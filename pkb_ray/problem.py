@@ -270,3 +270,11 @@ def solution_time_lower_bound(traffic: Traffic, *, link_gbps: float, hbm_gbps: f
         traffic.hbm_bytes / (hbm_gbps * 1e9) if hbm_gbps > 0 else 0.0,
         traffic.flops / (tflops * 1e12) if tflops > 0 else 0.0,
     )
+
+
+def sol_time_us(problem: Problem, knobs: dict[str, int], world_size: int, dtype: str, hardware: Any) -> float:
+    """The speed-of-light time of ``problem`` at ``knobs`` in microseconds, with the bandwidths of a
+    hardware profile (anything with ``link_gbps``, ``hbm_gbps`` and ``tflops``)."""
+    traffic = problem.speed_of_light(knobs, world_size, DTYPES[dtype])
+    return 1e6 * solution_time_lower_bound(traffic, link_gbps=hardware.link_gbps, hbm_gbps=hardware.hbm_gbps,
+                                           tflops=hardware.tflops)

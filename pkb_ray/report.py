@@ -52,14 +52,14 @@ SECTIONS = {"leaderboard": "Leaderboard", "pass-at-k": "pass@k and fast_1@k", "s
 
 
 def prepare(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows ready for the report: ``label`` names a model (with its hardware when a model ran on
-    several), and ``problem_id`` carries the world size when the rows span several."""
+    """Rows ready for the report: ``model`` names the model with its hardware when a model ran on
+    several, and ``problem_id`` carries the world size when the rows span several (the metrics
+    estimate per (model, problem_id))."""
     df = df.copy()
     several_hw = df.groupby("model")["hardware"].nunique().gt(1)
-    df["label"] = [f"{m} @ {h}" if several_hw.get(m, False) else m for m, h in zip(df["model"], df["hardware"])]
+    df["model"] = [f"{m} @ {h}" if several_hw.get(m, False) else m for m, h in zip(df["model"], df["hardware"])]
     if df["world_size"].nunique() > 1:
         df["problem_id"] = [f"{p} W={w}" for p, w in zip(df["problem_id"], df["world_size"])]
-    df["model"] = df["label"]  # metrics estimate per (model, problem_id): per label here
     return df
 
 

@@ -47,20 +47,10 @@ class Tracker:
                               dir=str(run_dir), config=run_config, name=name, job_type=job_type,
                               tags=cfg.tags or None, reinit="finish_previous")
 
-    @property
-    def run_dir(self) -> str | None:
-        return self.run.dir if self.run else None
-
     def log_summary(self, metrics: dict[str, Any]) -> None:
         if self.run:
             for key, value in metrics.items():
                 self.run.summary[key] = value
-
-    def log_table(self, name: str, df: pd.DataFrame) -> None:
-        if self.run:
-            import wandb
-
-            self.run.log({name: wandb.Table(dataframe=df.reset_index(drop=True))})
 
     def log_results(self, df: pd.DataFrame, report_html: str | None = None) -> None:
         """Everything a run shows in W&B, from its result rows (see the module docstring)."""

@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 
 from pkb_ray import baselines  # noqa: E402
 from pkb_ray.config import HardwareConfig  # noqa: E402
-from pkb_ray.problem import Problem, load_problems  # noqa: E402
+from pkb_ray.problem import Problem, load_problems, sol_time_us  # noqa: E402
 
 OUT = REPO / "docs" / "problems.md"
 PROFILES = {2: "h200_2", 8: "h200_8"}
@@ -70,7 +70,7 @@ def render() -> str:
     for pid, p in sorted(problems.items(), key=lambda kv: (kv[1].meta.category, kv[0])):
         label, knobs = p.size("default")
         dtype = p.meta.dtypes[0]
-        sol = {w: baselines.sol_time_us(p, knobs, w, dtype, hw) if p.meta.world_sizes.supports(w) else None
+        sol = {w: sol_time_us(p, knobs, w, dtype, hw) if p.meta.world_sizes.supports(w) else None
                for w, hw in hardware.items()}
         ref = measured.get((pid, 2, label)) or {}
         knob_text = ", ".join(f"{k}={v}" for k, v in knobs.items())

@@ -76,13 +76,13 @@ class Generator:
         self.pool = ThreadPoolExecutor(self.cfg.concurrency)
 
     def _one(self, req: dict[str, Any]) -> dict[str, Any]:
+        seed = None if pd.isna(req["seed"]) else int(req["seed"])  # a column of ints and None arrives as float
         meta = dict.fromkeys(META_KEYS, "")
-        meta.update(round=str(req["round"]), seed="" if pd.isna(req["seed"]) else str(int(req["seed"])),
-                    parent_key=req["parent_key"], feedback=req["feedback"])
+        meta.update(round=str(req["round"]), seed="" if seed is None else str(seed), parent_key=req["parent_key"],
+                    feedback=req["feedback"])
         source = ""
         try:
-            reply = self.client.complete(json.loads(req["messages"]),
-                                         seed=None if pd.isna(req["seed"]) else int(req["seed"]))
+            reply = self.client.complete(json.loads(req["messages"]), seed=seed)
         except GenerationError as exc:
             meta["generation_error"] = f"generation failed: {exc}"
         else:
