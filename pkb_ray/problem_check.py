@@ -55,22 +55,59 @@ def _rank_main(rank: int, world_size: int, port: int, problems_dir: str, plan: l
     else:
         dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s))
     problems = load_problems(problems_dir)
-    results: dict[str, Any] = {}
+    verbose = rank == 0 and os.environ.get("PKB_CHECK_VERBOSE") == "1"
     for pid, preset, dtype_name, seed in plan:
         p = problems[pid]
         size = dict(p.meta.sizes[preset])
         key = f"{pid}|{preset}|{dtype_name}|{seed}"
+        if verbose:
+            print(f"checking {key}", flush=True)
         try:
             args = inputs_for(p, size, rank, world_size, DTYPES[dtype_name], seed, device)
             before = to_cpu(args)  # what the oracle starts from (a GPU draws other numbers than the CPU)
             out = p.solution(*args)
             unchanged = None if p.meta.mutates_inputs else compare(before, to_cpu(args), 0, 0, "input")
-            results[key] = {"inputs": before, "outputs": to_cpu(out), "input_changed": str(unchanged) if unchanged else ""}
+            result = {"inputs": before, "outputs": to_cpu(out), "input_changed": str(unchanged) if unchanged else ""}
         except Exception:  # noqa: BLE001 - reported per problem, the others still run
-            results[key] = {"error": traceback.format_exc(limit=6)}
+            result = {"error": traceback.format_exc(limit=6)}
+        # One file per item, written as soon as it is done: if a later problem kills or hangs the
+        # ranks (NCCL aborts a rank stuck in a collective), what was checked before is kept.
+        torch.save(result, Path(out_dir) / f"{_item_name(key)}.rank{rank}.pt")
         dist.barrier()  # keep ranks in step: a problem that raised on one rank must not shift the next
-    torch.save(results, Path(out_dir) / f"rank{rank}.pt")
     dist.destroy_process_group()
+
+
+def _item_name(key: str) -> str:
+    return key.replace("|", "__")
+
+
+def _run_plan(plan: list, world_size: int, problems_dir: str, out_dir: str, timeout_s: float,
+              device: str) -> dict[str, list[dict]]:
+    """Every item's per-rank results; an item during which the ranks died is {"error": why} on
+    every rank, and the ranks are started again for the items after it."""
+    done: dict[str, list[dict]] = {}
+    remaining = list(plan)
+    while remaining:
+        died = ""
+        try:
+            mp.start_processes(_rank_main, args=(world_size, _free_port(), problems_dir, remaining, out_dir,
+                                                 timeout_s, device),
+                               nprocs=world_size, join=True, start_method="spawn")
+        except Exception as exc:  # noqa: BLE001 - a rank died: blame the first unfinished item
+            died = f"{type(exc).__name__}: {exc}"[-1500:]
+        for i, item in enumerate(remaining):
+            key = "|".join(map(str, item))
+            files = [Path(out_dir) / f"{_item_name(key)}.rank{r}.pt" for r in range(world_size)]
+            if all(f.exists() for f in files):
+                done[key] = [torch.load(f) for f in files]
+                continue
+            why = died or "the rank processes exited without a result"
+            done[key] = [{"error": f"ranks died or hung (timeout {timeout_s:.0f} s) on this item: {why}"}] * world_size
+            remaining = remaining[i + 1:]
+            break
+        else:
+            remaining = []
+    return done
 
 
 def check(problems: dict[str, Problem], ids: list[str], world_size: int, presets: tuple[str, ...] = ("small",),
@@ -95,12 +132,10 @@ def check(problems: dict[str, Problem], ids: list[str], world_size: int, presets
         return failures
     problems_dir = str(next(iter(problems.values())).path.parent)
     with tempfile.TemporaryDirectory(prefix="pkb-check-") as out_dir:
-        mp.start_processes(_rank_main, args=(world_size, _free_port(), problems_dir, plan, out_dir, timeout_s, device),
-                           nprocs=world_size, join=True, start_method="spawn")
-        ranks = [torch.load(Path(out_dir) / f"rank{r}.pt") for r in range(world_size)]
+        done = _run_plan(plan, world_size, problems_dir, out_dir, timeout_s, device)
     for pid, preset, dtype_name, seed in plan:
         key = f"{pid}|{preset}|{dtype_name}|{seed}"
-        got = [ranks[r][key] for r in range(world_size)]
+        got = done[key]
         errors = [f"rank {r}: {g['error']}" for r, g in enumerate(got) if "error" in g]
         if errors:
             failures[key] = "reference raised: " + errors[0]

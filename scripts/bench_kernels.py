@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,7 +53,7 @@ def knobs_for(problem: str, nbytes: int, itemsize: int, world: int) -> dict:
     return {"numel": per_rank // world if problem == "reduce_scatter" else per_rank}
 
 
-def _row(row: dict, pid: str, nbytes: int, world: int, r) -> dict:
+def _row(row: dict, pid: str, nbytes: int, world: int, r, wall_s: float) -> dict:
     factor = bus_factor(pid, world)
 
     def busbw(t_us):
@@ -61,11 +62,12 @@ def _row(row: dict, pid: str, nbytes: int, world: int, r) -> dict:
     x = {"kernel": row["metadata"]["file"], "problem": pid, "bytes_per_rank": nbytes, "status": r.status.value,
          "ref_us": r.ref_time_us, "cand_us": r.cand_time_us, "speedup": r.speedup,
          "ref_busbw_gbps": busbw(r.ref_time_us), "cand_busbw_gbps": busbw(r.cand_time_us),
-         "sol_fraction": r.sol_fraction, "calls_per_round": r.calls_per_round, "message": r.message[-300:]}
+         "sol_fraction": r.sol_fraction, "calls_per_round": r.calls_per_round, "eval_wall_s": round(wall_s, 2),
+         "message": r.message[-300:]}
     print(f"{x['kernel']:42s} {nbytes:>11d} B {x['status']:13s} ref={x['ref_us'] or 0:9.1f}us "
           f"cand={x['cand_us'] or 0:9.1f}us speedup={x['speedup'] or 0:5.2f} "
           f"busbw ref={x['ref_busbw_gbps'] or 0:6.1f} cand={x['cand_busbw_gbps'] or 0:6.1f} GB/s "
-          f"sol={x['sol_fraction'] or 0:.2f}", flush=True)
+          f"sol={x['sol_fraction'] or 0:.2f} ({wall_s:.1f} s)", flush=True)
     return x
 
 
@@ -117,10 +119,11 @@ def main() -> int:
                 harness = Harness(devices, cfg, hw, problems, work_dir=Path(tmp) / "work", cache_dir=Path(tmp) / "cache")
                 try:
                     for row in (r for r in rows if r["problem_id"] == pid):
+                        start = time.perf_counter()
                         sample = prepare_here(row, problems, w, settings)
                         r = harness.evaluate(sample) if isinstance(sample, Sample) else sample
                         real = (w * knobs["rows_per_peer"] * A2A_DIM * itemsize) if pid == "all_to_all" else nbytes
-                        report.append(_row(row, pid, real, w, r))
+                        report.append(_row(row, pid, real, w, r, time.perf_counter() - start))
                 finally:
                     harness.close()
             save()

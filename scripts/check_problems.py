@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/check_problems.py                         # every problem, W = 2, 3, 4
     .venv/bin/python scripts/check_problems.py --ids moe_dispatch,ring_attention --world-sizes 2,4 --presets small,default
+    python3 scripts/check_problems.py --device cuda --world-sizes 2 --dtype bfloat16      # NCCL on GPUs 0..W-1
 
 Also checks that inputs differ per seed and rank and that the speed-of-light model is positive.
 Exit status 1 if anything fails; each failure is printed with the problem, preset, dtype and seed.
@@ -28,6 +29,8 @@ def main() -> int:
     ap.add_argument("--dtype", help="default: each problem's first dtype")
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--problems-dir", type=Path)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--timeout", type=float, default=120.0, help="collective timeout: a hung problem fails after it")
     args = ap.parse_args()
     problems = load_problems(args.problems_dir)
     ids = args.ids.split(",") if args.ids else sorted(problems)
@@ -45,7 +48,8 @@ def main() -> int:
                 failed += 1
     for w in (int(x) for x in args.world_sizes.split(",")):
         failures = check(problems, ids, w, presets=tuple(args.presets.split(",")),
-                         seeds=tuple(int(s) for s in args.seeds.split(",")), dtype=args.dtype)
+                         seeds=tuple(int(s) for s in args.seeds.split(",")), dtype=args.dtype,
+                         timeout_s=args.timeout, device=args.device)
         for key, why in failures.items():
             print(f"FAIL W={w} {key}: {why}")
         failed += len(failures)

@@ -81,6 +81,19 @@ def test_the_check_catches_a_wrong_reference(tmp_path):
     assert list(failures) == ["all_reduce|small|float32|0"] and "disagree" in failures["all_reduce|small|float32|0"]
 
 
+def test_a_reference_that_kills_its_rank_fails_alone(tmp_path):
+    # rank 1 dies inside all_gather's reference; the problems before and after it are still checked
+    for pid in ("all_reduce", "broadcast"):
+        (tmp_path / f"{pid}.py").write_text(ALL[pid].source())
+    src = ALL["all_gather"].source().replace("def solution(", "def _solution(")
+    src += "\n\ndef solution(*args):\n    if dist.get_rank() == 1:\n        import os\n        os._exit(3)\n" \
+           "    return _solution(*args)\n"
+    (tmp_path / "all_gather.py").write_text(src)
+    failures = check(load_problems(tmp_path), ["all_reduce", "all_gather", "broadcast"], 2, seeds=(0,), timeout_s=20)
+    assert list(failures) == ["all_gather|small|float32|0"], failures
+    assert "ranks died or hung" in failures["all_gather|small|float32|0"]
+
+
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.parametrize("pid", HARNESS_IDS)
 def test_copy_of_reference_is_correct(make_harness, pid, world_size):
