@@ -62,11 +62,12 @@ def make_inputs(ctx: InputContext):
     scale_value = 2.0 ** int(torch.randint(8, 25, (1,), generator=g))
     grads = [ctx.randn(*s) * scale_value for s in shapes]
     if overflow and bool(bad_ranks[ctx.rank]):
-        for _ in range(int(torch.randint(1, 4, (1,), generator=ctx.generator))):
-            t = grads[int(torch.randint(0, len(grads), (1,), generator=ctx.generator))].view(-1)
+        for _ in range(int(torch.randint(1, 4, (1,), generator=ctx.generator, device=ctx.device))):
+            t = grads[int(torch.randint(0, len(grads), (1,), generator=ctx.generator, device=ctx.device))].view(-1)
             # +-inf only: NaN counts the same, but inputs must compare equal to themselves (seed reproducibility).
-            bad = float("inf") if bool(torch.randint(0, 2, (1,), generator=ctx.generator)) else float("-inf")
-            t[int(torch.randint(0, t.numel(), (1,), generator=ctx.generator))] = bad
+            sign = torch.randint(0, 2, (1,), generator=ctx.generator, device=ctx.device)
+            bad = float("inf") if bool(sign) else float("-inf")
+            t[int(torch.randint(0, t.numel(), (1,), generator=ctx.generator, device=ctx.device))] = bad
     return torch.tensor([scale_value], device=ctx.device), *grads
 
 

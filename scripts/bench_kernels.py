@@ -71,6 +71,12 @@ def _row(row: dict, pid: str, nbytes: int, world: int, r, wall_s: float) -> dict
     return x
 
 
+def _bytes(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().removesuffix("IB").removesuffix("B")
+    return int(text[:-1]) * units[text[-1]] if text[-1:] in units else int(text)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
@@ -78,6 +84,7 @@ def main() -> int:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--min-bytes", type=int, default=4 << 10)
     ap.add_argument("--max-bytes", type=int, default=256 << 20)
+    ap.add_argument("--sizes", help="comma-separated bytes per rank (K/M suffixes), instead of x4 steps")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--only", help="comma-separated kernel files (problem/file.py) to run")
     ap.add_argument("--prewarm", type=int, default=None, help="rank sets started ahead (default: 2 on GPU, 0 on CPU)")
@@ -95,9 +102,9 @@ def main() -> int:
     hw = HardwareConfig(name=f"{args.device}_{w}", device=args.device, world_sizes=[w], gpus_per_node=w,
                         arch="sm_90a", link_gbps=450.0 if args.device == "cuda" else 5.0)
     itemsize = DTYPES[args.dtype].itemsize
-    sizes = []
+    sizes = [_bytes(t) for t in args.sizes.split(",")] if args.sizes else []
     n = args.min_bytes
-    while n <= args.max_bytes:
+    while not args.sizes and n <= args.max_bytes:
         sizes.append(n)
         n *= 4
     report = []
