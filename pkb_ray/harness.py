@@ -56,10 +56,11 @@ def seeds_for(cfg: EvalConfig) -> tuple[list[int], list[int]]:
 class ReferenceCache:
     """Reference outputs on disk, keyed by everything they depend on."""
 
-    def __init__(self, root: Path, spawn):
+    def __init__(self, root: Path, take, release):
         self.root = Path(root) / "references"
         self.root.mkdir(parents=True, exist_ok=True)
-        self._spawn = spawn  # (job_dir) -> RankSet on this gang's devices
+        self._take = take  # (job_dir) -> a RankSet on this gang's devices that has imported no candidate
+        self._release = release  # (RankSet) -> None: kill it
 
     def ensure(self, problem: Problem, world_size: int, dtype: str, size: dict, seeds: list[int],
                device_type: str, timeout_s: float, startup_timeout_s: float) -> Path:
@@ -69,7 +70,7 @@ class ReferenceCache:
         if (final / "complete").exists():
             return final
         work = Path(tempfile.mkdtemp(prefix="ref-", dir=self.root))
-        ranks = self._spawn(work / "job")
+        ranks = self._take(work / "job")
         try:
             ready = ranks.wait_ready(startup_timeout_s)
             if not ready.ok:
@@ -82,7 +83,7 @@ class ReferenceCache:
             if not outcome.ok:
                 raise ReferenceFailed(f"reference of {problem.id} failed: {describe(outcome, ranks)}")
         finally:
-            ranks.close()
+            self._release(ranks)
         (out_dir / "complete").write_text(key)
         try:
             out_dir.rename(final)  # atomic; another gang may have won the race, which is fine
@@ -144,7 +145,7 @@ class Harness:
         self.problems = problems
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.references = ReferenceCache(cache_dir, self._spawn)
+        self.references = ReferenceCache(cache_dir, self._clean_ranks, self._retire)
         self._ahead: deque[RankSet] = deque()  # started, oldest first
         self._reapers: list[threading.Thread] = []
         # where load_cuda in a rank finds what the compile stage built (pkb_ray.cuda)
@@ -163,6 +164,15 @@ class Harness:
         return RankSet(self.devices, backend=self.hardware.backend, job_dir=job_dir,
                        pg_timeout_s=self.cfg.timeout_s + 15.0, num_threads=threads,
                        multicast=self.hardware.nvlink_multicast, env=self._cuda_env)
+
+    def _clean_ranks(self, job_dir: Path) -> RankSet:
+        """Ranks for reference outputs: a prewarmed set if one is there (it has imported no
+        candidate, and it saves a start: ~4 s on GPU, paid once per new problem), else a new one."""
+        if self._ahead:
+            ranks = self._ahead.popleft()
+            self.prewarm()
+            return ranks
+        return self._spawn(job_dir)
 
     def _take_ranks(self) -> RankSet:
         if not self._ahead:  # quiet timing: the next batch starts together with this sample's set

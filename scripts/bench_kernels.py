@@ -1,6 +1,7 @@
 """Expert kernels against the NCCL reference over message sizes, through the harness (no Ray).
 
     python3 scripts/bench_kernels.py --device cuda --out docs/bench_kernels_h200x2.json   # GPU machine
+    python3 scripts/bench_kernels.py --rescore docs/bench_kernels_h200x2_bf16.json         # SOL again, from conf/hardware
     .venv/bin/python scripts/bench_kernels.py --device cpu --max-bytes 65536 --out /tmp/k.json  # gloo, a check
 
 For every kernel in kernels/<problem>/ of a problem with a ``numel`` knob (and all-to-all, sized
@@ -24,10 +25,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from omegaconf import OmegaConf  # noqa: E402
+
 from pkb_ray.config import EvalConfig, HardwareConfig  # noqa: E402
 from pkb_ray.harness import Harness  # noqa: E402
 from pkb_ray.pipeline import prepare_here  # noqa: E402
-from pkb_ray.problem import DTYPES, load_problems  # noqa: E402
+from pkb_ray.problem import DTYPES, load_problems, sol_time_us  # noqa: E402
 from pkb_ray.samples import read_samples  # noqa: E402
 from pkb_ray.schema import Sample  # noqa: E402
 from pkb_ray.stages.compile import build_settings  # noqa: E402
@@ -62,13 +65,37 @@ def _row(row: dict, pid: str, nbytes: int, world: int, r, wall_s: float) -> dict
     x = {"kernel": row["metadata"]["file"], "problem": pid, "bytes_per_rank": nbytes, "status": r.status.value,
          "ref_us": r.ref_time_us, "cand_us": r.cand_time_us, "speedup": r.speedup,
          "ref_busbw_gbps": busbw(r.ref_time_us), "cand_busbw_gbps": busbw(r.cand_time_us),
-         "sol_fraction": r.sol_fraction, "calls_per_round": r.calls_per_round, "eval_wall_s": round(wall_s, 2),
+         "sol_us": r.sol_time_us, "sol_fraction": r.sol_fraction, "calls_per_round": r.calls_per_round, "eval_wall_s": round(wall_s, 2),
          "message": r.message[-300:]}
     print(f"{x['kernel']:42s} {nbytes:>11d} B {x['status']:13s} ref={x['ref_us'] or 0:9.1f}us "
           f"cand={x['cand_us'] or 0:9.1f}us speedup={x['speedup'] or 0:5.2f} "
           f"busbw ref={x['ref_busbw_gbps'] or 0:6.1f} cand={x['cand_busbw_gbps'] or 0:6.1f} GB/s "
           f"sol={x['sol_fraction'] or 0:.2f} ({wall_s:.1f} s)", flush=True)
     return x
+
+
+def load_hardware(name: str) -> HardwareConfig:
+    return HardwareConfig.model_validate(OmegaConf.to_container(OmegaConf.load(REPO / "conf/hardware" / f"{name}.yaml")))
+
+
+def knobs_of(row: dict, itemsize: int, world: int) -> dict:
+    if row["problem"] == "all_to_all":
+        return {"rows_per_peer": row["bytes_per_rank"] // (world * A2A_DIM * itemsize), "dim": A2A_DIM}
+    return knobs_for(row["problem"], row["bytes_per_rank"], itemsize, world)
+
+
+def rescore(path: Path, problems, hw: HardwareConfig) -> int:
+    """Speed-of-light time and fraction of every row of a stored run, with ``hw``'s bandwidths
+    (the times measured are kept as they are)."""
+    data = json.loads(path.read_text())
+    w, dtype = data["world_size"], data["dtype"]
+    for row in data["rows"]:
+        sol = sol_time_us(problems[row["problem"]], knobs_of(row, DTYPES[dtype].itemsize, w), w, dtype, hw)
+        row["sol_us"] = sol
+        row["sol_fraction"] = sol / row["cand_us"] if row.get("cand_us") else None
+    data["hardware"] = hw.model_dump()
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return 0
 
 
 def _bytes(text: str) -> int:
@@ -80,6 +107,10 @@ def _bytes(text: str) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
+    ap.add_argument("--hardware", help="profile in conf/hardware for the speed of light (default: h200_2 on cuda, "
+                                       "cpu_gloo on cpu)")
+    ap.add_argument("--rescore", type=Path, help="recompute the speed-of-light columns of this JSON (written by "
+                                                  "this script) with --hardware, and exit")
     ap.add_argument("--world-size", type=int, default=2)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--min-bytes", type=int, default=4 << 10)
@@ -99,8 +130,10 @@ def main() -> int:
     if args.only:
         rows = [r for r in rows if r["metadata"]["file"] in args.only.split(",")]
     devices = [f"cuda:{i}" for i in range(w)] if args.device == "cuda" else ["cpu"] * w
-    hw = HardwareConfig(name=f"{args.device}_{w}", device=args.device, world_sizes=[w], gpus_per_node=w,
-                        arch="sm_90a", link_gbps=450.0 if args.device == "cuda" else 5.0)
+    profile = args.hardware or ("h200_2" if args.device == "cuda" else "cpu_gloo")
+    hw = load_hardware(profile).model_copy(update={"world_sizes": [w], "gpus_per_node": w})
+    if args.rescore:
+        return rescore(args.rescore, problems, hw)
     itemsize = DTYPES[args.dtype].itemsize
     sizes = [_bytes(t) for t in args.sizes.split(",")] if args.sizes else []
     n = args.min_bytes
@@ -112,7 +145,7 @@ def main() -> int:
     def save() -> None:  # after every size too: a run cut short keeps what it measured
         if args.out:
             args.out.write_text(json.dumps({"device": args.device, "world_size": w, "dtype": args.dtype,
-                                            "min_bytes": args.min_bytes, "rows": report}, indent=2) + "\n")
+                                            "hardware": hw.model_dump(), "rows": report}, indent=2) + "\n")
 
     with tempfile.TemporaryDirectory() as tmp:
         settings = build_settings(hw.arch, Path(tmp) / "cache", 300)
