@@ -95,23 +95,40 @@ lib = load_cuda(SOURCE, functions={"all_reduce_f32": ARGS, "all_reduce_bf16": AR
 LAUNCH = {torch.float32: lib.all_reduce_f32, torch.bfloat16: lib.all_reduce_bf16}
 ONE_SHOT_MAX_BYTES = 256 << 10
 MAX_BLOCKS = 264  # two blocks of 512 threads per SM of an H100/H200 (132 SMs)
+_raw_stream = torch._C._cuda_getCurrentRawStream if torch.cuda.is_available() else None
+
+# (device, dtype, numel) -> the launch and every argument that does not change from call to call,
+# or None for inputs that go the reference's way. At small sizes a call is bound by this Python
+# path (calls run back to back), so everything that can be worked out once is.
+_plans: dict = {}
 
 
-def solution(x: torch.Tensor) -> torch.Tensor:
+def _plan(x: torch.Tensor):
     if not x.is_cuda or x.dtype not in LAUNCH or x.numel() == 0:
-        out = x.clone()  # CPU runs (gloo) and other dtypes: the reference's way
-        dist.all_reduce(out)
-        return out
-    if not x.is_contiguous() or x.data_ptr() % 16:
-        x = x.clone(memory_format=torch.contiguous_format)  # the kernel loads 16 aligned bytes at a time
+        return None  # CPU runs (gloo) and other dtypes
     world, rank = dist.get_world_size(), dist.get_rank()
     buf, handle, ptrs = symmetric_buffer(x.numel(), x.dtype, x.device)
     pads, slots = signal_pads(handle, x.device)
     nbytes = x.numel() * x.element_size()
     two_shot = nbytes > ONE_SHOT_MAX_BYTES and nbytes % (16 * world) == 0
+    return (LAUNCH[x.dtype], ptrs.data_ptr(), pads.data_ptr(), x.numel(), rank, world, int(two_shot),
+            min(MAX_BLOCKS, slots // world), x.device.index)
+
+
+def solution(x: torch.Tensor) -> torch.Tensor:
+    key = (x.device, x.dtype, x.numel())
+    if key not in _plans:
+        _plans[key] = _plan(x)  # the first call of a shape is collective on every rank (rendezvous)
+    plan = _plans[key]
+    if plan is None:
+        out = x.clone()
+        dist.all_reduce(out)
+        return out
+    launch, ptrs, pads, n, rank, world, two_shot, blocks, device = plan
+    if not x.is_contiguous() or x.data_ptr() % 16:
+        x = x.clone(memory_format=torch.contiguous_format)  # the kernel loads 16 aligned bytes at a time
     out = torch.empty_like(x)
-    err = LAUNCH[x.dtype](x.data_ptr(), ptrs.data_ptr(), pads.data_ptr(), out.data_ptr(), x.numel(), rank, world,
-                          int(two_shot), min(MAX_BLOCKS, slots // world), torch.cuda.current_stream().cuda_stream)
+    err = launch(x.data_ptr(), ptrs, pads, out.data_ptr(), n, rank, world, two_shot, blocks, _raw_stream(device))
     if err:
         raise RuntimeError(f"all_reduce launch failed: cudaError {err}")
     return out
