@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from pkb_ray.placement import Layout
+
 # Dict-valued keys are null in conf/ so that a command-line override replaces them whole (Hydra
 # refuses to add keys to a dict that the config already holds, even an empty one).
 NULL_IS_EMPTY = BeforeValidator(lambda value: {} if value is None else value)
@@ -125,6 +127,13 @@ class HardwareConfig(_Strict):
     tflops: float = Field(gt=0, default=0.1)
     nvlink_multicast: bool = Field(True, description="false: force NVLink multicast (NVLS) off in every rank; "
                                                      "true: leave it to the environment")
+    spread: list[str] = Field(default_factory=list,
+                              description="gang layouts over several nodes, NODESxGPUS_PER_NODE (e.g. 2x4): every "
+                                          "sample is evaluated at each of them too, for inter-node baselines")
+    network_gbps: float = Field(gt=0, default=50.0, description="per-GPU bandwidth between nodes, GB/s, one way "
+                                                                "(400 Gb/s NIC per GPU: 50)")
+    nccl_env: Annotated[dict[str, str], NULL_IS_EMPTY] = Field(
+        default_factory=dict, description="environment of every rank, e.g. NCCL_SOCKET_IFNAME, NCCL_IB_HCA")
 
     @property
     def backend(self) -> str:
@@ -140,9 +149,24 @@ class HardwareConfig(_Strict):
         if len(set(self.world_sizes)) != len(self.world_sizes) or min(self.world_sizes) < 1:
             raise ValueError(f"world_sizes {self.world_sizes} must be distinct positive integers")
         too_big = [w for w in self.world_sizes if w > self.gpus_per_node]
-        if too_big:  # a gang lives on one node (inter-node gangs: issue 9)
+        if too_big:  # a gang of world_sizes lives on one node; layouts over nodes go in spread
             raise ValueError(f"world_sizes {too_big} exceed gpus_per_node {self.gpus_per_node}")
+        for i, text in enumerate(self.spread):
+            try:
+                lay = Layout.of(text)
+            except ValueError as exc:
+                raise ValueError(f"spread.{i}: {exc}") from None
+            if lay.nodes < 2:
+                raise ValueError(f"spread.{i}: {text} is on one node: put its world size in world_sizes")
+            if lay.nodes > self.nodes or lay.per_node > self.gpus_per_node:
+                raise ValueError(f"spread.{i}: {text} needs {lay.nodes} nodes of {lay.per_node} GPUs; the profile "
+                                 f"has {self.nodes} of {self.gpus_per_node} (hardware.nodes, gpus_per_node)")
         return self
+
+    @property
+    def layouts(self) -> list[Layout]:
+        """Every gang layout of a run: each world size on one node, then each spread layout."""
+        return [Layout(1, w) for w in self.world_sizes] + [Layout.of(t) for t in self.spread]
 
 
 class RayConfig(_Strict):

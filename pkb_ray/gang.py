@@ -1,10 +1,13 @@
-"""A gang: W GPUs of one node reserved as a placement group, and the actor that evaluates on them.
+"""A gang: GPUs reserved as a placement group, and the actor that evaluates on them.
 
-:func:`reserve` asks Ray for a STRICT_PACK placement group of W one-GPU bundles (logical GPUs on
-a machine without any). Once it is ready, :func:`bundle_devices` asks each bundle which GPU Ray
-gave it, and :func:`start_gang` starts the :class:`Gang` actor on the group's node. The actor
-holds no GPU itself and never imports candidate code: it hands each sample to a
-:class:`~pkb_ray.harness.Harness`, which runs it in fresh rank processes on those GPUs.
+:func:`reserve` asks Ray for a placement group of the gang's :class:`~pkb_ray.placement.Layout`:
+on one node (1xW), STRICT_PACK of W one-GPU bundles (logical GPUs on a machine without any);
+over N nodes (NxG), STRICT_SPREAD of N bundles of G GPUs, one per node. Once it is ready,
+:func:`bundle_devices` asks each bundle which node and GPUs Ray gave it and orders the nodes
+(ranks go node by node; Ray's bundle indices say nothing about nodes), and :func:`start_gang`
+starts the :class:`Gang` actor on the first node, plus a :class:`~pkb_ray.spread.RankHost` on each
+other node. The actor holds no GPU itself and never imports candidate code: it hands each sample
+to a :class:`~pkb_ray.harness.Harness`, which runs it in fresh rank processes on those GPUs.
 
 Ranks see every GPU of the node and select their own (with one visible GPU per rank, torch
 symmetric memory fails and CUDA IPC is unreliable), hence RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES
@@ -25,9 +28,11 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from pkb_ray.config import SweepConfig
 from pkb_ray.harness import Harness
+from pkb_ray.placement import Layout
 from pkb_ray.problem import load_problems
 from pkb_ray.ranks import MULTICAST_OFF
 from pkb_ray.schema import Result, Sample, Status
+from pkb_ray.spread import RankHost, SpreadLauncher
 
 NOSET_CUDA = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
 
@@ -42,18 +47,28 @@ def actor_env() -> dict[str, str]:
 class Gang:
     """The actor: evaluates one sample at a time on the W devices it was given."""
 
-    def __init__(self, cfg: dict[str, Any], name: str, gpu_ids: list[str]):
+    def __init__(self, cfg: dict[str, Any], name: str, gpu_ids: list[str], remote: list | None = None):
+        """``gpu_ids``: this node's GPUs (ranks 0..); ``remote``: (RankHost, GPU ids) of each other
+        node of a spread gang, in rank order."""
         self.cfg = SweepConfig.model_validate(cfg)
         self.name = name
         hw = self.cfg.hardware
-        devices = [f"cuda:{int(g)}" for g in gpu_ids] if hw.device == "cuda" else ["cpu"] * len(gpu_ids)
-        self.harness = Harness(devices, self.cfg.eval, hw, load_problems(self.cfg.problems_dir),
-                               work_dir=self.cfg.cache_path / "work" / name, cache_dir=self.cfg.cache_path)
+
+        def devices(ids: list[str]) -> list[str]:
+            return [f"cuda:{int(g)}" for g in ids] if hw.device == "cuda" else ["cpu"] * len(ids)
+
+        self.hosts = [host for host, _ in remote or []]
+        parts = [(None, devices(gpu_ids))] + [(host, devices(ids)) for host, ids in remote or []]
+        launcher = SpreadLauncher(parts, store_host=ray.util.get_node_ip_address()) if self.hosts else None
+        self.harness = Harness([d for _, ds in parts for d in ds], self.cfg.eval, hw,
+                               load_problems(self.cfg.problems_dir), work_dir=self.cfg.cache_path / "work" / name,
+                               cache_dir=self.cfg.cache_path, launcher=launcher)
         self.harness.prewarm()  # the first sample's rank processes start while the pool fills up
 
     def info(self) -> dict[str, Any]:
-        return {"name": self.name, "pid": os.getpid(), "devices": self.harness.devices,
-                "node": ray.get_runtime_context().get_node_id()}
+        node = ray.get_runtime_context().get_node_id()
+        return {"name": self.name, "pid": os.getpid(), "devices": self.harness.devices, "node": node,
+                "nodes": [node] + [w["node"] for w in ray.get([h.where.remote() for h in self.hosts])]}
 
     def evaluate(self, sample: dict[str, Any]) -> dict[str, Any]:
         s = Sample.model_validate(sample)
@@ -62,11 +77,23 @@ class Gang:
         except Exception:  # noqa: BLE001 - an evaluator fault still yields this sample's row
             result = Result.for_sample(s, Status.RUNTIME_ERROR, "evaluator error (not the sample's fault):\n"
                                        + traceback.format_exc(), world_size=len(self.harness.devices),
+                                       nodes=self.harness.nodes,
                                        hardware=self.cfg.hardware.name, device_backend=self.cfg.hardware.backend)
         return result.model_copy(update={"gang": self.name}).model_dump(mode="json")
 
     def shutdown(self) -> None:
         self.harness.close()
+        ray.get([h.shutdown.remote() for h in self.hosts])
+
+
+@dataclass
+class NodePart:
+    """The gang's GPUs on one node: the bundle that holds them (the first, for a 1xW gang)."""
+
+    bundle: int
+    node: str
+    ip: str
+    gpu_ids: list[str]
 
 
 @dataclass
@@ -74,47 +101,73 @@ class GangHandle:
     """What the pool knows of one gang: its reservation, then its actor."""
 
     name: str
-    world_size: int
+    layout: Layout
     pg: PlacementGroup
     actor: Any = None
-    node: str = ""
-    gpu_ids: list[str] = field(default_factory=list)
+    parts: list[NodePart] = field(default_factory=list)  # in rank order, once placed
+    hosts: list[Any] = field(default_factory=list)  # RankHost actors of parts[1:]
+
+    @property
+    def world_size(self) -> int:
+        return self.layout.world_size
+
+    @property
+    def node(self) -> str:
+        return self.parts[0].node if self.parts else ""
+
+    @property
+    def gpu_ids(self) -> list[str]:
+        return [g for p in self.parts for g in p.gpu_ids]
 
 
-def reserve(world_size: int, name: str) -> GangHandle:
-    """Ask for W one-GPU bundles on one node; ``handle.pg.ready()`` resolves once Ray has them."""
-    pg = placement_group([{"GPU": 1}] * world_size, strategy="STRICT_PACK", name=f"{name}-pg")
-    return GangHandle(name=name, world_size=world_size, pg=pg)
+def reserve(layout: Layout, name: str) -> GangHandle:
+    """Ask Ray for the gang's GPUs; ``handle.pg.ready()`` resolves once it has them."""
+    if layout.nodes == 1:
+        pg = placement_group([{"GPU": 1}] * layout.per_node, strategy="STRICT_PACK", name=f"{name}-pg")
+    else:
+        pg = placement_group([{"GPU": layout.per_node}] * layout.nodes, strategy="STRICT_SPREAD", name=f"{name}-pg")
+    return GangHandle(name=name, layout=layout, pg=pg)
 
 
 @ray.remote(num_cpus=0, num_gpus=1)
-def _bundle_gpu() -> tuple[str, str]:
+def _bundle_gpus() -> tuple[str, str, list[str]]:
     ctx = ray.get_runtime_context()
-    return ctx.get_node_id(), ctx.get_accelerator_ids()["GPU"][0]
+    return ctx.get_node_id(), ray.util.get_node_ip_address(), [str(g) for g in ctx.get_accelerator_ids()["GPU"]]
 
 
 def bundle_devices(handle: GangHandle) -> None:
-    """Fill in the node and the GPU id of each bundle (Ray fixes them when the group is placed)."""
-    probes = [_bundle_gpu.options(scheduling_strategy=PlacementGroupSchedulingStrategy(handle.pg, i),
-                                  runtime_env={"env_vars": actor_env()}).remote()
-              for i in range(handle.world_size)]
+    """Fill in the node, address and GPU ids of each bundle (Ray fixes them when the group is placed),
+    ordered node by node (by address, then node id) for a spread gang."""
+    lay = handle.layout
+    bundles, gpus = (range(lay.per_node), 1) if lay.nodes == 1 else (range(lay.nodes), lay.per_node)
+    probes = [_bundle_gpus.options(num_gpus=gpus, scheduling_strategy=PlacementGroupSchedulingStrategy(handle.pg, i),
+                                   runtime_env={"env_vars": actor_env()}).remote() for i in bundles]
     found = ray.get(probes)
-    handle.node = found[0][0]
-    handle.gpu_ids = [gpu for _, gpu in found]
+    if lay.nodes == 1:
+        node, ip, _ = found[0]
+        handle.parts = [NodePart(0, node, ip, [ids[0] for _, _, ids in found])]
+    else:
+        parts = [NodePart(i, node, ip, ids) for i, (node, ip, ids) in enumerate(found)]
+        handle.parts = sorted(parts, key=lambda p: (p.ip, p.node))
 
 
 def start_gang(cfg: SweepConfig, handle: GangHandle, name: str | None = None) -> None:
-    """Start (or restart, under a new name) the gang's actor in its placement group."""
+    """Start (or restart, under a new name) the gang's actor on its first node, and a RankHost on each other."""
     handle.name = name or handle.name
+    env = {"env_vars": actor_env()}
+    handle.hosts = [ray.remote(RankHost).options(
+        name=f"{handle.name}-host{i}", num_cpus=0, num_gpus=0, max_concurrency=8, runtime_env=env,
+        scheduling_strategy=PlacementGroupSchedulingStrategy(handle.pg, part.bundle),
+    ).remote() for i, part in enumerate(handle.parts[1:], 1)]
     handle.actor = ray.remote(Gang).options(
-        name=handle.name, num_cpus=0, num_gpus=0, max_concurrency=1,
-        scheduling_strategy=PlacementGroupSchedulingStrategy(handle.pg, 0),
-        runtime_env={"env_vars": actor_env()},
-    ).remote(cfg.model_dump(mode="json"), handle.name, handle.gpu_ids)
+        name=handle.name, num_cpus=0, num_gpus=0, max_concurrency=1, runtime_env=env,
+        scheduling_strategy=PlacementGroupSchedulingStrategy(handle.pg, handle.parts[0].bundle),
+    ).remote(cfg.model_dump(mode="json"), handle.name, handle.parts[0].gpu_ids,
+             [(host, part.gpu_ids) for host, part in zip(handle.hosts, handle.parts[1:])])
 
 
 def stop_gang(handle: GangHandle, release: bool = True) -> None:
-    """Stop the actor (its rank processes die with it); give the GPUs back to Ray if ``release``."""
+    """Stop the actor and its hosts (their rank processes die with them); give the GPUs back to Ray if ``release``."""
     if handle.actor is not None:
         try:
             ray.get(handle.actor.shutdown.remote(), timeout=60)
@@ -122,5 +175,8 @@ def stop_gang(handle: GangHandle, release: bool = True) -> None:
             pass
         ray.kill(handle.actor)
         handle.actor = None
+    for host in handle.hosts:
+        ray.kill(host)
+    handle.hosts = []
     if release:
         remove_placement_group(handle.pg)

@@ -16,6 +16,7 @@ Any failure becomes a :class:`~pkb_ray.schema.Result` with its status; nothing r
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -63,9 +64,11 @@ class ReferenceCache:
         self._release = release  # (RankSet) -> None: kill it
 
     def ensure(self, problem: Problem, world_size: int, dtype: str, size: dict, seeds: list[int],
-               device_type: str, timeout_s: float, startup_timeout_s: float) -> Path:
+               device_type: str, timeout_s: float, startup_timeout_s: float, nodes: int = 1) -> Path:
+        # over nodes, NCCL may sum in another order than inside one: a layout has its own references
         key = json.dumps([problem.id, hashlib.sha256(problem.source().encode()).hexdigest(), world_size,
-                          dtype, sorted(size.items()), seeds, device_type, torch.__version__])
+                          dtype, sorted(size.items()), seeds, device_type, torch.__version__]
+                         + ([nodes] if nodes > 1 else []))
         final = self.root / hashlib.sha256(key.encode()).hexdigest()[:24]
         if (final / "complete").exists():
             return final
@@ -138,8 +141,13 @@ class Harness:
     """Evaluates samples one at a time on one set of W devices (a gang's worth)."""
 
     def __init__(self, devices: list[str], eval_cfg: EvalConfig, hardware: HardwareConfig,
-                 problems: dict[str, Problem], work_dir: Path, cache_dir: Path):
+                 problems: dict[str, Problem], work_dir: Path, cache_dir: Path, launcher=None):
+        """``launcher(job_dir=..., backend=..., ...)`` starts a rank set with RankSet's interface;
+        by default a :class:`~pkb_ray.ranks.RankSet` on ``devices`` (one node). A gang spread over
+        nodes passes a :class:`pkb_ray.spread.SpreadRankSet` maker, ``devices`` then listing all W."""
         self.devices = devices
+        self._launcher = launcher or functools.partial(RankSet, devices)
+        self.nodes = getattr(launcher, "nodes", 1)
         self.cfg = eval_cfg
         self.hardware = hardware
         self.problems = problems
@@ -148,9 +156,10 @@ class Harness:
         self.references = ReferenceCache(cache_dir, self._clean_ranks, self._retire)
         self._ahead: deque[RankSet] = deque()  # started, oldest first
         self._reapers: list[threading.Thread] = []
-        # where load_cuda in a rank finds what the compile stage built (pkb_ray.cuda)
+        # where load_cuda in a rank finds what the compile stage built (pkb_ray.cuda), and the
+        # profile's NCCL settings (network interfaces between nodes, transports)
         self._cuda_env = {ENV_ARCH: hardware.arch or DEFAULT_ARCH, ENV_CACHE: str(Path(cache_dir) / "cuda"),
-                          ENV_TIMEOUT: str(eval_cfg.compile_timeout_s)}
+                          ENV_TIMEOUT: str(eval_cfg.compile_timeout_s), **hardware.nccl_env}
         self.versions = {"torch": torch.__version__, "python": platform.python_version(),
                          "backend": hardware.backend}
         if hardware.device == "cuda" and torch.cuda.is_available():
@@ -158,12 +167,11 @@ class Harness:
             self.versions["gpu"] = torch.cuda.get_device_name(0)
 
     def _spawn(self, job_dir: Path) -> RankSet:
-        threads = max(1, (os.cpu_count() or 1) // len(self.devices))
+        threads = max(1, (os.cpu_count() or 1) * self.nodes // len(self.devices))
         # the ranks' own collective timeout is a backstop: the parent kills a step at timeout_s first,
         # so a hang is reported as a timeout, not as the crash NCCL's watchdog would make of it
-        return RankSet(self.devices, backend=self.hardware.backend, job_dir=job_dir,
-                       pg_timeout_s=self.cfg.timeout_s + 15.0, num_threads=threads,
-                       multicast=self.hardware.nvlink_multicast, env=self._cuda_env)
+        return self._launcher(backend=self.hardware.backend, job_dir=job_dir, pg_timeout_s=self.cfg.timeout_s + 15.0,
+                              num_threads=threads, multicast=self.hardware.nvlink_multicast, env=self._cuda_env)
 
     def _clean_ranks(self, job_dir: Path) -> RankSet:
         """Ranks for reference outputs: a prewarmed set if one is there (it has imported no
@@ -235,11 +243,13 @@ class Harness:
         problem = self.problems[sample.problem_id]
         dtype = self.cfg.dtype or problem.meta.dtypes[0]
         size_label, knobs = problem.size(self.cfg.size)
-        common = dict(category=problem.meta.category, world_size=len(self.devices), dtype=dtype, size=size_label,
+        common = dict(category=problem.meta.category, world_size=len(self.devices), nodes=self.nodes, dtype=dtype,
+                      size=size_label,
                       hardware=self.hardware.name, device_backend=self.hardware.backend, versions=self.versions)
         trial_seeds, timing_seeds = seeds_for(self.cfg)
         expected_dir = self.references.ensure(problem, len(self.devices), dtype, knobs, trial_seeds + timing_seeds,
-                                              self.hardware.device, self.cfg.timeout_s, self.cfg.startup_timeout_s)
+                                              self.hardware.device, self.cfg.timeout_s, self.cfg.startup_timeout_s,
+                                              nodes=self.nodes)
         clock.lap("reference")
         ranks = self._take_ranks()
         try:
@@ -318,7 +328,7 @@ class Harness:
         ref = [median_iqr(rep["ref_us"]) for rep in reports]
         cand = [median_iqr(rep["cand_us"]) for rep in reports]
         ref_t, cand_t = sample_time([m for m, _ in ref]), sample_time([m for m, _ in cand])
-        sol_us = sol_time_us(problem, knobs, len(self.devices), dtype, self.hardware)
+        sol_us = sol_time_us(problem, knobs, len(self.devices), dtype, self.hardware, nodes=self.nodes)
         fields = dict(trials=trials + timed, ref_median_us=[m for m, _ in ref], ref_iqr_us=[q for _, q in ref],
                       cand_median_us=[m for m, _ in cand], cand_iqr_us=[q for _, q in cand],
                       ref_time_us=ref_t, cand_time_us=cand_t, speedup=speedup(ref_t, cand_t),

@@ -215,7 +215,13 @@ def state_after(df: pd.DataFrame, round_: int) -> pd.DataFrame:
 
 
 def final_and_rounds(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """(each sample's latest version, pass@1 and fast_1.0@1 after each round or None without refinement)."""
+    """(each sample's latest version, pass@1 and fast_1.0@1 after each round or None without refinement).
+
+    Only evaluations on one node count: a gang spread over nodes (``hardware.spread``) measures the
+    same samples again for the inter-node comparison, which must not count as more samples.
+    """
+    if "nodes" in df:
+        df = df[df["nodes"].fillna(1).astype(int) == 1]
     last = int(df["round"].fillna(0).max()) if "round" in df and len(df) else 0
     return state_after(df, last), (by_round(df, last) if last else None)
 

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import ray
 
 from pkb_ray.config import SweepConfig
+from pkb_ray.placement import Layout
 from pkb_ray.problem import Problem, load_problems
 from pkb_ray.samples import finished, write_results
 from pkb_ray.schema import Result, Sample
@@ -44,11 +45,12 @@ def select_rows(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str
             and (backends is None or r.get("backend", "torch") in backends)]
 
 
-def world_sizes_for(row: dict[str, Any], problems: dict[str, Problem], world_sizes: list[int]) -> list[int]:
-    """The run's world sizes this row's problem supports (the first one, if none: validate says why)."""
+def layouts_for(row: dict[str, Any], problems: dict[str, Problem], layouts: list[Layout]) -> list[Layout]:
+    """The run's gang layouts whose world size this row's problem supports (the first one, if none:
+    validate says why)."""
     problem = problems.get(row.get("problem_id"))
-    fitting = [w for w in world_sizes if problem is not None and problem.meta.world_sizes.supports(w)]
-    return fitting or world_sizes[:1]
+    fitting = [lay for lay in layouts if problem is not None and problem.meta.world_sizes.supports(lay.world_size)]
+    return fitting or layouts[:1]
 
 
 def prepare(row: dict[str, Any], problems: dict[str, Problem], world_size: int) -> Sample | Result:
@@ -74,9 +76,9 @@ def prepare_here(row: dict[str, Any], problems: dict[str, Problem], world_size: 
     return build(out, world_size, problems, settings) if isinstance(out, Sample) else out
 
 
-def dedup_key(sample: Sample | Result, world: int) -> tuple:
+def dedup_key(sample: Sample | Result, layout: Layout) -> tuple:
     """Samples with the same key get the same verdict: evaluate one, copy it to the others."""
-    return (sample.problem_id, sample.backend, world, hashlib.sha256(sample.source.encode()).hexdigest())
+    return (sample.problem_id, sample.backend, layout, hashlib.sha256(sample.source.encode()).hexdigest())
 
 
 def as_duplicate(result: Result, sample: Sample) -> Result:
@@ -97,17 +99,18 @@ def expand_row(item: dict[str, Any], cfg: dict[str, Any], problems_dir: str | No
     problems = _problems(problems_dir)
     row = json.loads(item["row"])
     out = []
-    for world in world_sizes_for(row, problems, config.hardware.world_sizes):
+    for lay in layouts_for(row, problems, config.hardware.layouts):
+        world, where = lay.world_size, {"world": lay.world_size, "nodes": lay.nodes}
         prepared = prepare(row, problems, world)
         key = prepared.key if isinstance(prepared, Sample) else prepared.sample_key
-        if (key, world) in done:
-            out.append({"kind": "skip", "payload": "", "world": world})
+        if (key, world, lay.nodes) in done:
+            out.append({"kind": "skip", "payload": "", **where})
         elif isinstance(prepared, Sample):
-            out.append({"kind": "task", "payload": prepared.model_dump_json(), "world": world})
+            out.append({"kind": "task", "payload": prepared.model_dump_json(), **where})
         else:  # settled before any rank ran: still say where it would have run
-            settled = prepared.model_copy(update={"hardware": config.hardware.name,
+            settled = prepared.model_copy(update={"hardware": config.hardware.name, "nodes": lay.nodes,
                                                   "device_backend": config.hardware.backend})
-            out.append({"kind": "result", "payload": settled.model_dump_json(), "world": world})
+            out.append({"kind": "result", "payload": settled.model_dump_json(), **where})
     return out
 
 
@@ -129,10 +132,11 @@ class BuildCuda:
                 continue
             built = build(sample, int(batch["world"][i]), self.problems, self.settings)
             if isinstance(built, Result):
-                kinds[i], payloads[i] = "result", built.model_copy(update=self.hardware).model_dump_json()
+                update = {**self.hardware, "nodes": int(batch["nodes"][i])}
+                kinds[i], payloads[i] = "result", built.model_copy(update=update).model_dump_json()
             else:
                 payloads[i] = built.model_dump_json()
-        return {"kind": kinds, "payload": payloads, "world": list(batch["world"])}
+        return {"kind": kinds, "payload": payloads, "world": list(batch["world"]), "nodes": list(batch["nodes"])}
 
 
 def sample_stream(rows: list[dict[str, Any]], cfg: SweepConfig, problems_dir: str | None, done: set):
@@ -186,10 +190,11 @@ def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[st
             if item["kind"] == "result":
                 emit(Result.model_validate_json(item["payload"]))
             elif item["kind"] == "task":
-                sample, world = Sample.model_validate_json(item["payload"]), int(item["world"])
+                nodes, world = int(item["nodes"]), int(item["world"])
+                sample, lay = Sample.model_validate_json(item["payload"]), Layout(nodes, world // nodes)
                 if "compile_seconds" in sample.metadata:
                     metrics.compiled(float(sample.metadata["compile_seconds"]))
-                key = dedup_key(sample, world)
+                key = dedup_key(sample, lay)
                 with lock:
                     verdict = verdicts.get(key)
                     first = key not in groups
@@ -197,13 +202,13 @@ def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[st
                 if verdict is not None:
                     emit(as_duplicate(verdict, sample))
                 elif first:
-                    yield sample, world
+                    yield sample, lay
 
     pool = GangPool(cfg, metrics)
     t0 = time.monotonic()
     try:
         for n, result in enumerate(pool.evaluate(TaskFeed(tasks())), 1):
-            key = dedup_key(result, result.world_size)
+            key = dedup_key(result, Layout(result.nodes, result.world_size // result.nodes))
             with lock:
                 verdicts[key] = result
                 copies = groups.get(key, [])[1:]

@@ -1,49 +1,93 @@
-"""How many gangs of each world size to start, given free GPUs per node and the work queued.
+"""Where gangs go: gang layouts, and how many gangs of each to start given free GPUs and queued work.
 
-Pure arithmetic, so the pool's sizing can be read and tested without Ray. A gang needs all of
-its W GPUs on one node (STRICT_PACK). An 8-GPU node holds four W=2 gangs, two W=4 or one W=8;
-with samples of several world sizes queued, each world size first gets one gang where one fits
-(largest first, so the big ones are not squeezed out), then each remaining gang goes to the
-world size with the most queued samples per gang. No world size gets more gangs than it has
-samples left.
+Pure arithmetic, so the pool's sizing can be read and tested without Ray. A gang has a
+:class:`Layout`: W GPUs of one node (``1x8``, the usual case) or the same number of GPUs on each
+of several nodes (``2x4``: two nodes of four, for inter-node baselines). An 8-GPU node holds four
+W=2 gangs, two W=4 or one W=8; with work of several layouts queued, each layout first gets one
+gang where one fits (largest first, so the big ones are not squeezed out), then each remaining
+gang goes to the layout with the most queued samples per gang. No layout gets more gangs than it
+has samples left.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+import re
+from dataclasses import dataclass
+from typing import Mapping, Union
 
 
-def plan_gangs(free_gpus: Mapping[str, int], queued: Mapping[int, int],
-               running: Mapping[int, int] | None = None) -> list[tuple[int, str]]:
-    """New gangs to start, as (world size, node), best-fit onto the nodes' free GPUs.
+@dataclass(frozen=True, order=True)
+class Layout:
+    """``nodes`` nodes with ``per_node`` GPUs of the gang on each; ranks go node by node."""
 
-    ``free_gpus``: node -> GPUs not held by any gang; ``queued``: world size -> samples waiting;
-    ``running``: world size -> gangs that already exist (they count against the per-gang share).
+    nodes: int
+    per_node: int
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.per_node
+
+    def __str__(self) -> str:
+        return f"{self.nodes}x{self.per_node}"
+
+    @classmethod
+    def of(cls, value: "LayoutLike") -> "Layout":
+        """A Layout from itself, a world size on one node (int), or ``"NxG"``."""
+        if isinstance(value, Layout):
+            return value
+        if isinstance(value, int):
+            return cls(1, value)
+        found = re.fullmatch(r"\s*(\d+)\s*x\s*(\d+)\s*", str(value))
+        if not found or int(found[1]) < 1 or int(found[2]) < 1:
+            raise ValueError(f"{value!r} is not a layout: write NODESxGPUS_PER_NODE, e.g. 2x4")
+        return cls(int(found[1]), int(found[2]))
+
+
+LayoutLike = Union[Layout, int, str]
+
+
+def plan_gangs(free_gpus: Mapping[str, int], queued: Mapping[LayoutLike, int],
+               running: Mapping[LayoutLike, int] | None = None) -> list[tuple[LayoutLike, tuple[str, ...]]]:
+    """New gangs to start, as (the key of ``queued``, its nodes), best-fit onto the nodes' free GPUs.
+
+    ``free_gpus``: node -> GPUs not held by any gang; ``queued``: layout (or world size, for one
+    node) -> samples waiting; ``running``: the same keys -> gangs that already exist (they count
+    against the per-gang share). A gang of layout NxG takes G GPUs on each of N distinct nodes.
     """
     free = dict(free_gpus)
-    have = {w: (running or {}).get(w, 0) for w in queued}
-    plan: list[tuple[int, str]] = []
+    have = {k: (running or {}).get(k, 0) for k in queued}
 
-    def place(w: int) -> bool:
-        fits = [n for n, g in free.items() if g >= w]
-        if not fits:
-            return False
-        node = min(fits, key=lambda n: (free[n], n))  # best fit keeps big holes for big gangs
-        free[node] -= w
-        have[w] += 1
-        plan.append((w, node))
-        return True
+    def fitting(key) -> list[str]:
+        lay = Layout.of(key)
+        nodes = sorted((n for n, g in free.items() if g >= lay.per_node), key=lambda n: (free[n], n))
+        return nodes[:lay.nodes] if len(nodes) >= lay.nodes else []  # best fit keeps big holes for big gangs
 
-    wanted = sorted((w for w, n in queued.items() if n > 0), reverse=True)
-    for w in wanted:
-        if have[w] == 0:
-            place(w)
+    plan: list[tuple[LayoutLike, tuple[str, ...]]] = []
+
+    def place(key) -> None:
+        nodes = fitting(key)
+        for n in nodes:
+            free[n] -= Layout.of(key).per_node
+        have[key] += 1
+        plan.append((key, tuple(nodes)))
+
+    wanted = sorted((k for k, n in queued.items() if n > 0), key=lambda k: (Layout.of(k).world_size, Layout.of(k)),
+                    reverse=True)
+    for k in wanted:
+        if have[k] == 0 and fitting(k):
+            place(k)
     while True:
-        open_ = [w for w in wanted if have[w] < queued[w] and any(g >= w for g in free.values())]
+        open_ = [k for k in wanted if have[k] < queued[k] and fitting(k)]
         if not open_:
             return plan
-        place(max(open_, key=lambda w: (queued[w] / max(have[w], 1e-9), w)))
+        place(max(open_, key=lambda k: (queued[k] / max(have[k], 1e-9), Layout.of(k).world_size)))
 
 
 def largest_gang(node_gpus: Mapping[str, int]) -> int:
     return max(node_gpus.values(), default=0)
+
+
+def fits(layout: LayoutLike, node_gpus: Mapping[str, int]) -> bool:
+    """Whether the cluster has enough nodes with enough GPUs for one gang of ``layout``."""
+    lay = Layout.of(layout)
+    return sum(g >= lay.per_node for g in node_gpus.values()) >= lay.nodes

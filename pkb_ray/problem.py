@@ -272,9 +272,19 @@ def solution_time_lower_bound(traffic: Traffic, *, link_gbps: float, hbm_gbps: f
     )
 
 
-def sol_time_us(problem: Problem, knobs: dict[str, int], world_size: int, dtype: str, hardware: Any) -> float:
+def sol_time_us(problem: Problem, knobs: dict[str, int], world_size: int, dtype: str, hardware: Any,
+                nodes: int = 1) -> float:
     """The speed-of-light time of ``problem`` at ``knobs`` in microseconds, with the bandwidths of a
-    hardware profile (anything with ``link_gbps``, ``hbm_gbps`` and ``tflops``)."""
+    hardware profile (anything with ``link_gbps``, ``hbm_gbps`` and ``tflops``).
+
+    Over ``nodes`` > 1 (W/nodes ranks per node), the share of a rank's traffic that goes to peers on
+    other nodes, (W - W/nodes) / (W - 1) if it spreads evenly over its peers, also has to cross the
+    network at ``hardware.network_gbps`` per GPU: the time is the slower of the two links.
+    """
     traffic = problem.speed_of_light(knobs, world_size, DTYPES[dtype])
-    return 1e6 * solution_time_lower_bound(traffic, link_gbps=hardware.link_gbps, hbm_gbps=hardware.hbm_gbps,
-                                           tflops=hardware.tflops)
+    seconds = solution_time_lower_bound(traffic, link_gbps=hardware.link_gbps, hbm_gbps=hardware.hbm_gbps,
+                                        tflops=hardware.tflops)
+    if nodes > 1 and world_size > 1:
+        leaving = (world_size - world_size // nodes) / (world_size - 1)
+        seconds = max(seconds, traffic.interconnect_bytes * leaving / (hardware.network_gbps * 1e9))
+    return 1e6 * seconds

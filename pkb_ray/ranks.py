@@ -78,6 +78,28 @@ def child_env(extra: dict[str, str] | None = None, num_threads: int = 1, *, mult
     return env
 
 
+def wait_for(step: str, ranks: list[int], collect, phases, deadline: float, since: float,
+             poll_s: float = POLL_S) -> StepOutcome:
+    """Poll (``collect(outcome)``) until every rank reported, one failed (plus a grace), or the deadline."""
+    out = StepOutcome(step)
+    first_failure: float | None = None
+    while True:
+        collect(out)
+        now = time.monotonic()
+        if len(out.reports) + len(out.dead) == len(ranks):
+            break
+        failed = out.dead or any(r.get("status") != "ok" for r in out.reports.values())
+        if failed and first_failure is None:
+            first_failure = now
+        if now >= deadline or (first_failure is not None and now - first_failure >= ERROR_GRACE_S):
+            break
+        time.sleep(poll_s)
+    out.missing = [r for r in ranks if r not in out.reports and r not in out.dead]
+    out.phases = phases()
+    out.elapsed_s = time.monotonic() - since
+    return out
+
+
 def _die_with_parent() -> None:
     """In the child, before exec: get SIGKILL when the parent dies (a killed gang leaks no rank)."""
     try:
@@ -87,6 +109,9 @@ def _die_with_parent() -> None:
 
 
 class RankSet:
+    """This node's ranks of one process group: all W of them, or (in a gang spread over nodes, see
+    :mod:`pkb_ray.spread`) ranks ``first_rank ..`` of W, meeting at another process's store."""
+
     def __init__(
         self,
         devices: list[str],
@@ -97,21 +122,29 @@ class RankSet:
         num_threads: int = 1,
         multicast: bool = True,
         env: dict[str, str] | None = None,
+        first_rank: int = 0,
+        world_size: int | None = None,
+        store_addr: str | None = None,
+        prefix: str | None = None,
     ):
-        self.world_size = len(devices)
+        self.world_size = world_size or len(devices)
+        self.ranks = list(range(first_rank, first_rank + len(devices)))
         self.job_dir = Path(job_dir)
         self.job_dir.mkdir(parents=True, exist_ok=True)
         self.backend = backend
-        self._store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False, use_libuv=True)
-        prefix = uuid.uuid4().hex
+        self._store = None
+        if store_addr is None:  # the whole group is here: hold the rendezvous ourselves
+            self._store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False, use_libuv=True)
+            store_addr = f"127.0.0.1:{self._store.port}"
+        prefix = prefix or uuid.uuid4().hex
         self.procs: list[subprocess.Popen] = []
         child = child_env(env, num_threads, multicast=multicast, collective_timeout_s=pg_timeout_s)
-        for rank, device in enumerate(devices):
+        for rank, device in zip(self.ranks, devices):
             log = open(self.job_dir / f"rank{rank}.log", "wb")
             cmd = [
                 sys.executable, "-m", "pkb_ray.runner.rank",
                 "--rank", str(rank), "--world-size", str(self.world_size),
-                "--store", f"127.0.0.1:{self._store.port}", "--prefix", prefix,
+                "--store", store_addr, "--prefix", prefix,
                 "--backend", backend, "--device", device, "--job-dir", str(self.job_dir),
                 "--pg-timeout", str(pg_timeout_s), "--num-threads", str(num_threads),
             ]
@@ -144,36 +177,26 @@ class RankSet:
         self.send(cmd)
         return self.wait(cmd["step"], started + timeout_s, since=started)
 
-    def wait(self, step: str, deadline: float, since: float) -> StepOutcome:
-        """Poll until every rank reported, one failed (plus a grace), or the deadline passed."""
-        out = StepOutcome(step)
-        first_failure: float | None = None
-        while True:
-            for rank, proc in enumerate(self.procs):
-                if rank in out.reports or rank in out.dead:
-                    continue
-                report = protocol.read_report(self.job_dir, rank, step)
+    def collect(self, step: str, out: StepOutcome) -> None:
+        """One look at each rank not yet accounted for in ``out``: its report, or its death."""
+        for rank, proc in zip(self.ranks, self.procs):
+            if rank in out.reports or rank in out.dead:
+                continue
+            report = protocol.read_report(self.job_dir, rank, step)
+            if report is not None:
+                out.reports[rank] = report
+            elif proc.poll() is not None:
+                report = protocol.read_report(self.job_dir, rank, step)  # may have landed just now
                 if report is not None:
                     out.reports[rank] = report
-                elif proc.poll() is not None:
-                    report = protocol.read_report(self.job_dir, rank, step)  # may have landed just now
-                    if report is not None:
-                        out.reports[rank] = report
-                    else:
-                        out.dead[rank] = proc.returncode
-            now = time.monotonic()
-            if len(out.reports) + len(out.dead) == self.world_size:
-                break
-            failed = out.dead or any(r.get("status") != "ok" for r in out.reports.values())
-            if failed and first_failure is None:
-                first_failure = now
-            if now >= deadline or (first_failure is not None and now - first_failure >= ERROR_GRACE_S):
-                break
-            time.sleep(POLL_S)
-        out.missing = [r for r in range(self.world_size) if r not in out.reports and r not in out.dead]
-        out.phases = {r: protocol.read_phase(self.job_dir, r) for r in range(self.world_size)}
-        out.elapsed_s = time.monotonic() - since
-        return out
+                else:
+                    out.dead[rank] = proc.returncode
+
+    def phases(self) -> dict[int, str]:
+        return {r: protocol.read_phase(self.job_dir, r) for r in self.ranks}
+
+    def wait(self, step: str, deadline: float, since: float) -> StepOutcome:
+        return wait_for(step, self.ranks, lambda out: self.collect(step, out), self.phases, deadline, since)
 
     def log_tail(self, rank: int, chars: int = LOG_TAIL_CHARS) -> str:
         try:

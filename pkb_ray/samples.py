@@ -102,20 +102,24 @@ def read_results(out_dir: str | Path):
 
 
 def newest(df):
-    """One row per evaluation (sample, world size, hardware): the newest. A resumed run evaluates
-    evaluator faults again, and one folder may be read twice."""
+    """One row per evaluation (sample, world size, nodes, hardware): the newest. A resumed run
+    evaluates evaluator faults again, and one folder may be read twice. Rows written before the
+    ``nodes`` column existed ran on one node."""
     if df.empty:
         return df
-    return df.sort_values("finished_at").drop_duplicates(["sample_key", "world_size", "hardware"], keep="last")
+    df = df.assign(nodes=df["nodes"].fillna(1).astype(int)) if "nodes" in df else df.assign(nodes=1)
+    return df.sort_values("finished_at").drop_duplicates(["sample_key", "world_size", "nodes", "hardware"],
+                                                         keep="last")
 
 
-def finished(out_dir: str | Path) -> set[tuple[str, int]]:
-    """(sample_key, world_size) of the final results already under ``out_dir`` (for resuming)."""
+def finished(out_dir: str | Path) -> set[tuple[str, int, int]]:
+    """(sample_key, world_size, nodes) of the final results already under ``out_dir`` (for resuming)."""
     df = read_results(out_dir)
     if df.empty:
         return set()
     keep = [is_final(st, msg) for st, msg in zip(df["status"], df["message"])]
-    return set(zip(df["sample_key"][keep], df["world_size"][keep].astype(int)))
+    nodes = df["nodes"].fillna(1).astype(int)
+    return set(zip(df["sample_key"][keep], df["world_size"][keep].astype(int), nodes[keep]))
 
 
 def _safe(name: str) -> str:

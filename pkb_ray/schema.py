@@ -75,6 +75,7 @@ class Result(BaseModel):
     message: str = ""  # trimmed error text: compiler message, traceback, mismatch summary
     failed_rank: int | None = None
     world_size: int
+    nodes: int = 1  # nodes the gang spanned (hardware.spread layouts: > 1); world_size / nodes ranks on each
     dtype: str = ""
     size: str = ""  # preset name or knob list
     trials: list[TrialRecord] = Field(default_factory=list)
@@ -158,6 +159,7 @@ RESULT_SCHEMA = pa.schema(
         ("message", pa.string()),
         ("failed_rank", pa.int32()),
         ("world_size", pa.int32()),
+        ("nodes", pa.int32()),
         ("dtype", pa.string()),
         ("size", pa.string()),
         ("trials", pa.list_(_TRIAL)),

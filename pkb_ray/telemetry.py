@@ -38,7 +38,7 @@ class RunMetrics:
     def compiled(self, seconds: float) -> None:
         self.compile_seconds.observe(seconds)
 
-    def pool(self, queued: dict[int, int], alive: int, busy: int, busy_fraction: float) -> None:
+    def pool(self, queued: dict[str, int], alive: int, busy: int, busy_fraction: float) -> None:
         for w, n in queued.items():
             self.queued.set(n, tags={"world_size": str(w)})
         self.gangs.set(alive, tags={"state": "alive"})

@@ -1,7 +1,7 @@
-"""The evaluate stage: (sample, world size) tasks to gangs, results back, every gang kept busy.
+"""The evaluate stage: (sample, gang layout) tasks to gangs, results back, every gang kept busy.
 
-How many gangs of each world size run is decided by :func:`pkb_ray.placement.plan_gangs` from
-the nodes' GPUs and the tasks queued per world size. A gang starts in three asynchronous steps
+How many gangs of each layout (a world size on one node, or NxG over nodes) run is decided by
+:func:`pkb_ray.placement.plan_gangs` from the nodes' GPUs and the tasks queued per layout. A gang starts in three asynchronous steps
 (placement group ready, bundle GPUs known, actor up) while others already work. A gang whose
 world size has no work left is stopped and its GPUs given back, so gangs of another world size
 can take them. A gang whose actor dies gives its sample a ``crash`` result and is restarted in
@@ -23,13 +23,13 @@ from ray.exceptions import RayActorError
 
 from pkb_ray.config import SweepConfig
 from pkb_ray.gang import GangHandle, bundle_devices, reserve, start_gang, stop_gang
-from pkb_ray.placement import plan_gangs
+from pkb_ray.placement import Layout, LayoutLike, fits, plan_gangs
 from pkb_ray.schema import Result, Sample, Status
 from pkb_ray.telemetry import RunMetrics
 
 log = logging.getLogger(__name__)
 
-Task = tuple[Sample, int]  # a sample and the world size to evaluate it at
+Task = tuple[Sample, LayoutLike]  # a sample and where to evaluate it: a world size on one node, or a Layout
 MAX_FAILED_STARTS = 3  # consecutive gang start failures before the stage gives up (an evaluator bug)
 WAIT_LOG_S = 60.0
 
@@ -99,21 +99,23 @@ class GangPool:
     def busy_fraction(self) -> float:
         return self.busy_s / self.alive_s if self.alive_s else 0.0
 
-    def _name(self, world_size: int) -> str:
-        return f"gang-w{world_size}-{next(self._ids)}"
+    def _name(self, layout: Layout) -> str:
+        kind = f"w{layout.world_size}" if layout.nodes == 1 else str(layout)
+        return f"gang-{kind}-{next(self._ids)}"
 
     def _free_gpus(self) -> dict[str, int]:
         free = node_gpus()
-        for g in self.gangs:  # a group still being placed is charged to the emptiest node
-            node = g.node or max(free, key=free.get)
-            free[node] = free.get(node, 0) - g.world_size
+        for g in self.gangs:  # a group still being placed is charged to the emptiest nodes
+            nodes = [p.node for p in g.parts] or sorted(free, key=free.get, reverse=True)[:g.layout.nodes]
+            for node in nodes:
+                free[node] = free.get(node, 0) - g.layout.per_node
         return free
 
     def evaluate(self, tasks: "Iterable[Task] | TaskFeed") -> Iterator[Result]:
         """Results of ``tasks`` as they finish; tasks may keep arriving while gangs work (a TaskFeed)."""
         feed = tasks if isinstance(tasks, TaskFeed) else TaskFeed(tasks)
-        queues: dict[int, deque[Sample]] = {}
-        biggest = max(node_gpus().values(), default=0)
+        queues: dict[Layout, deque[Sample]] = {}
+        cluster = node_gpus()
         pending: dict[ray.ObjectRef, tuple[str, GangHandle, Sample | None]] = {}
         idle: list[GangHandle] = []
         ready: set[str] = set()  # gangs whose actor is up
@@ -128,38 +130,41 @@ class GangPool:
             if self.metrics and now - clock[1] >= 1.0:
                 clock[1] = now
                 busy = sum(kind == "eval" for kind, _, _ in pending.values())
-                self.metrics.pool({w: len(q) for w, q in queues.items()}, len(ready), busy, self.busy_fraction)
+                queued = {str(lay.world_size) if lay.nodes == 1 else str(lay): len(q) for lay, q in queues.items()}
+                self.metrics.pool(queued, len(ready), busy, self.busy_fraction)
 
         def intake() -> bool:
-            """Move arrived tasks into the queues; True if a world size without a queue appeared."""
+            """Move arrived tasks into the queues; True if a layout without a queue appeared."""
             new = False
-            for sample, w in feed.take():
-                if w > biggest:
-                    raise RuntimeError(f"hardware.world_sizes: {w} needs more GPUs than any node of the Ray "
-                                       f"cluster has ({biggest})")
-                new |= w not in queues
-                queues.setdefault(w, deque()).append(sample)
+            for sample, where in feed.take():
+                lay = Layout.of(where)
+                if not fits(lay, cluster):
+                    key = "hardware.world_sizes" if lay.nodes == 1 else "hardware.spread"
+                    raise RuntimeError(f"{key}: {lay} needs {lay.nodes} node(s) with {lay.per_node} GPUs each; the "
+                                       f"Ray cluster has {sorted(cluster.values(), reverse=True)} GPUs per node")
+                new |= lay not in queues
+                queues.setdefault(lay, deque()).append(sample)
             return new
 
         def grow() -> None:
             if any(kind == "reserve" for kind, _, _ in pending.values()):
                 return  # wait until the groups asked for are placed: then the free GPUs are known
-            running = Counter(g.world_size for g in self.gangs)
-            for w, _ in plan_gangs(self._free_gpus(), {w: len(q) for w, q in queues.items()}, running):
-                handle = reserve(w, self._name(w))
+            running = Counter(g.layout for g in self.gangs)
+            for lay, _ in plan_gangs(self._free_gpus(), {lay: len(q) for lay, q in queues.items()}, running):
+                handle = reserve(lay, self._name(lay))
                 self.gangs.append(handle)
                 pending[handle.pg.ready()] = ("reserve", handle, None)
             self.stats["peak_gangs"] = max(self.stats["peak_gangs"], len(self.gangs))
 
         def starving() -> bool:
-            """Some world size has work, no gang, and no room for one."""
-            have = Counter(g.world_size for g in self.gangs)
-            room = max(self._free_gpus().values(), default=0)
-            return any(q and not have[w] and w > room for w, q in queues.items())
+            """Some layout has work, no gang, and no room for one."""
+            have = Counter(g.layout for g in self.gangs)
+            free = self._free_gpus()
+            return any(q and not have[lay] and not fits(lay, free) for lay, q in queues.items())
 
         def restart(handle: GangHandle) -> None:
             stop_gang(handle, release=False)
-            start_gang(self.cfg, handle, self._name(handle.world_size))
+            start_gang(self.cfg, handle, self._name(handle.layout))
             pending[handle.actor.info.remote()] = ("start", handle, None)
             self.stats["restarted"] += 1
 
@@ -168,14 +173,14 @@ class GangPool:
             if intake() or not self.gangs:
                 grow()
             for g in list(idle):
-                if queues.get(g.world_size):
-                    sample = queues[g.world_size].popleft()
+                if queues.get(g.layout):
+                    sample = queues[g.layout].popleft()
                     ref = g.actor.evaluate.remote(sample.model_dump(mode="json"))
                     pending[ref], dispatched[ref] = ("eval", g, sample), time.monotonic()
                     idle.remove(g)
             # a gang whose world size has no work left gives its GPUs back: once no more tasks can come,
             # or at once if another world size is waiting for room
-            done_with = [g for g in idle if not queues.get(g.world_size) and (feed.exhausted or starving())]
+            done_with = [g for g in idle if not queues.get(g.layout) and (feed.exhausted or starving())]
             for g in done_with:
                 idle.remove(g)
                 ready.discard(g.name)
@@ -197,7 +202,8 @@ class GangPool:
             if not done:
                 if feed.exhausted:
                     waiting = Counter(kind for kind, _, _ in pending.values())
-                    log.info("gang pool: waiting on %s; queued %s", dict(waiting), {w: len(q) for w, q in queues.items()})
+                    log.info("gang pool: waiting on %s; queued %s", dict(waiting),
+                             {str(lay): len(q) for lay, q in queues.items()})
                 continue
             kind, handle, sample = pending.pop(done[0])
             if kind == "reserve":
@@ -224,7 +230,8 @@ class GangPool:
                     idle.append(handle)
                 except RayActorError as exc:
                     yield Result.for_sample(sample, Status.CRASH, f"the gang evaluating this sample died: {exc}",
-                                            world_size=handle.world_size, hardware=self.cfg.hardware.name,
+                                            world_size=handle.world_size, nodes=handle.layout.nodes,
+                                            hardware=self.cfg.hardware.name,
                                             device_backend=self.cfg.hardware.backend, gang=handle.name)
                     ready.discard(handle.name)
                     restart(handle)
