@@ -3,15 +3,18 @@
     python -m pkb_ray.baselines hardware=h200_2 eval=gpu            # every problem, default size
     python -m pkb_ray.baselines problems=smoke eval.size=small       # on CPU (gloo): a check
 
-For every chosen problem and every world size of ``hardware.world_sizes`` it supports, the
+For every chosen problem and every gang layout of the hardware profile it supports (each world
+size of ``hardware.world_sizes`` on one node, each ``hardware.spread`` layout over nodes), the
 problem's own reference is evaluated as a candidate through the harness (fresh rank processes,
 the same timing protocol as samples), and its time is recorded with the speed-of-light time of
 the hardware profile, the fraction of it the reference reaches, and the versions (torch, NCCL,
 GPU). The table is written to ``<baselines_dir>/<hardware.name>.json`` (merged with rows already
-there for other problems, sizes or world sizes) and read back by :func:`load` for reports and
+there for other problems, sizes or layouts) and read back by :func:`load` for reports and
 ``docs/problems.md``.
 
-Runs on the local node without Ray (GPUs 0..W-1); inter-node baselines come with multi-node gangs.
+One-node world sizes run on this machine without Ray (GPUs 0..W-1). Spread layouts run on gangs
+of the Ray cluster (``ray.address``), like a sweep's: e.g. ``hardware.spread=[2x4]`` on two nodes
+gives, for each problem at W=8, the reference across nodes beside the one inside a node.
 """
 
 from __future__ import annotations
@@ -27,17 +30,43 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from pkb_ray.config import ConfigError, SweepConfig, validate_config
+from pkb_ray.gang import start_ray
 from pkb_ray.harness import Harness
 from pkb_ray.problem import Problem, ProblemError, load_problems, sol_time_us
-from pkb_ray.schema import Sample, Status
+from pkb_ray.schema import Result, Sample, Status
 from pkb_ray.selection import check_against_problems, resolve_path
+from pkb_ray.stages.evaluate import GangPool
 
 log = logging.getLogger("pkb_ray.baselines")
-KEY = ("problem_id", "world_size", "size", "dtype")
+KEY = ("problem_id", "world_size", "nodes", "size", "dtype")
+
+
+def reference_sample(p: Problem) -> Sample:
+    return Sample(problem_id=p.id, model="reference", sample_index=0, source=p.source())
+
+
+def row_for(cfg: SweepConfig, p: Problem, r: Result) -> dict[str, Any]:
+    """The baseline row of one evaluation of ``p``'s reference."""
+    label, knobs = p.size(cfg.eval.size)
+    dtype = cfg.eval.dtype or p.meta.dtypes[0]
+    sol = sol_time_us(p, knobs, r.world_size, dtype, cfg.hardware, nodes=r.nodes)
+    ok = r.status == Status.CORRECT and r.ref_time_us
+    log.info("%s W=%d over %d node(s) %s: %s ref=%s us sol=%.1f us", p.id, r.world_size, r.nodes, label,
+             r.status.value, f"{r.ref_time_us:.1f}" if ok else "-", sol)
+    return {
+        "problem_id": p.id, "category": p.meta.category, "world_size": r.world_size, "nodes": r.nodes,
+        "layout": f"{r.nodes}x{r.world_size // r.nodes}", "size": label, "dtype": dtype,
+        "status": r.status.value, "message": "" if ok else r.message[:500],
+        "ref_time_us": r.ref_time_us if ok else None,
+        "ref_iqr_us": max(r.ref_iqr_us) if ok and r.ref_iqr_us else None,
+        "sol_time_us": sol, "sol_fraction": sol / r.ref_time_us if ok else None,
+        "hardware": cfg.hardware.name, "versions": r.versions,
+        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 def measure(cfg: SweepConfig, problems: dict[str, Problem], ids: list[str], work_dir: Path) -> list[dict[str, Any]]:
-    """One baseline row per (problem, supported world size)."""
+    """One baseline row per (problem, supported layout)."""
     rows = []
     for w in cfg.hardware.world_sizes:
         chosen = [pid for pid in ids if problems[pid].meta.world_sizes.supports(w)]
@@ -47,26 +76,19 @@ def measure(cfg: SweepConfig, problems: dict[str, Problem], ids: list[str], work
         harness = Harness(devices, cfg.eval, cfg.hardware, problems, work_dir=work_dir / f"w{w}",
                           cache_dir=cfg.cache_path)
         try:
-            for pid in chosen:
-                p = problems[pid]
-                r = harness.evaluate(Sample(problem_id=pid, model="reference", sample_index=0, source=p.source()))
-                label, knobs = p.size(cfg.eval.size)
-                dtype = cfg.eval.dtype or p.meta.dtypes[0]
-                sol = sol_time_us(p, knobs, w, dtype, cfg.hardware)
-                ok = r.status == Status.CORRECT and r.ref_time_us
-                rows.append({
-                    "problem_id": pid, "category": p.meta.category, "world_size": w, "size": label, "dtype": dtype,
-                    "status": r.status.value, "message": "" if ok else r.message[:500],
-                    "ref_time_us": r.ref_time_us if ok else None,
-                    "ref_iqr_us": max(r.ref_iqr_us) if ok and r.ref_iqr_us else None,
-                    "sol_time_us": sol, "sol_fraction": sol / r.ref_time_us if ok else None,
-                    "hardware": cfg.hardware.name, "versions": r.versions,
-                    "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                })
-                log.info("%s W=%d %s: %s ref=%s us sol=%.1f us", pid, w, label, r.status.value,
-                         f"{r.ref_time_us:.1f}" if ok else "-", sol)
+            rows += [row_for(cfg, problems[pid], harness.evaluate(reference_sample(problems[pid]))) for pid in chosen]
         finally:
             harness.close()
+    spread = [lay for lay in cfg.hardware.layouts if lay.nodes > 1]
+    tasks = [(reference_sample(problems[pid]), lay) for lay in spread for pid in ids
+             if problems[pid].meta.world_sizes.supports(lay.world_size)]
+    if tasks:
+        start_ray(cfg)
+        pool = GangPool(cfg)
+        try:
+            rows += [row_for(cfg, problems[r.problem_id], r) for r in pool.evaluate(tasks)]
+        finally:
+            pool.shutdown()
     return rows
 
 
@@ -77,7 +99,8 @@ def path_for(baselines_dir: Path, hardware_name: str) -> Path:
 def load(baselines_dir: Path, hardware_name: str) -> list[dict[str, Any]]:
     """The baseline rows recorded for a hardware profile ([] if none)."""
     path = path_for(baselines_dir, hardware_name)
-    return json.loads(path.read_text())["rows"] if path.exists() else []
+    rows = json.loads(path.read_text())["rows"] if path.exists() else []
+    return [{"nodes": 1, **r} for r in rows]  # tables written before layouts: one node
 
 
 def save(baselines_dir: Path, hardware, rows: list[dict[str, Any]]) -> Path:
@@ -101,7 +124,7 @@ def run(cfg: SweepConfig, out_dir: Path) -> Path:
     path = save(resolve_path(cfg.baselines_dir), cfg.hardware, rows)
     failed = [r for r in rows if r["status"] != Status.CORRECT.value]
     print(f"{len(rows) - len(failed)} baselines -> {path}" + (f"; {len(failed)} failed: " + ", ".join(
-        f"{r['problem_id']} W={r['world_size']} ({r['status']})" for r in failed) if failed else ""), flush=True)
+        f"{r['problem_id']} {r['layout']} ({r['status']})" for r in failed) if failed else ""), flush=True)
     return path
 
 

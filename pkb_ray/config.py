@@ -134,6 +134,9 @@ class HardwareConfig(_Strict):
                                                                 "(400 Gb/s NIC per GPU: 50)")
     nccl_env: Annotated[dict[str, str], NULL_IS_EMPTY] = Field(
         default_factory=dict, description="environment of every rank, e.g. NCCL_SOCKET_IFNAME, NCCL_IB_HCA")
+    spread_nccl_env: Annotated[dict[str, str], NULL_IS_EMPTY] = Field(
+        default_factory=dict, description="added for ranks of gangs spread over nodes only, e.g. NCCL_P2P_DISABLE=1 "
+                                          "and NCCL_SHM_DISABLE=1 to make fake nodes on one machine talk over sockets")
 
     @property
     def backend(self) -> str:

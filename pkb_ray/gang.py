@@ -44,6 +44,21 @@ def actor_env() -> dict[str, str]:
     return env
 
 
+def start_ray(cfg: SweepConfig) -> None:
+    """Join the Ray cluster of ``cfg.ray.address``, or start a local one (logical GPUs on CPU)."""
+    os.environ[NOSET_CUDA] = "1"  # ranks pick their own GPU among all of the node's
+    if ray.is_initialized():
+        return
+    if cfg.ray.address:
+        ray.init(address=cfg.ray.address)
+        return
+    gpus = cfg.ray.num_gpus
+    if gpus is None and cfg.hardware.device == "cpu":
+        gpus = cfg.hardware.gpus_per_node * cfg.hardware.nodes  # logical GPUs: gangs of gloo ranks
+    ray.init(num_cpus=cfg.ray.num_cpus, num_gpus=gpus, resources=cfg.ray.resources or None,
+             include_dashboard=cfg.ray.include_dashboard, log_to_driver=True, configure_logging=False)
+
+
 class Gang:
     """The actor: evaluates one sample at a time on the W devices it was given."""
 

@@ -159,7 +159,8 @@ class Harness:
         # where load_cuda in a rank finds what the compile stage built (pkb_ray.cuda), and the
         # profile's NCCL settings (network interfaces between nodes, transports)
         self._cuda_env = {ENV_ARCH: hardware.arch or DEFAULT_ARCH, ENV_CACHE: str(Path(cache_dir) / "cuda"),
-                          ENV_TIMEOUT: str(eval_cfg.compile_timeout_s), **hardware.nccl_env}
+                          ENV_TIMEOUT: str(eval_cfg.compile_timeout_s), **hardware.nccl_env,
+                          **(hardware.spread_nccl_env if self.nodes > 1 else {})}
         self.versions = {"torch": torch.__version__, "python": platform.python_version(),
                          "backend": hardware.backend}
         if hardware.device == "cuda" and torch.cuda.is_available():

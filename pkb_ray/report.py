@@ -44,6 +44,9 @@ NOTES = {
                 "are hangs and dead ranks; wrong_output ran but disagreed with the reference.",
     "problems": "Best speedup among the model's correct samples of the problem, and that sample's fraction of "
                 "the speed-of-light time (1.0 = at the hardware bound).",
+    "nodes": "The same samples on gangs spread over nodes (hardware.spread), beside the same world size inside one "
+             "node: the reference's median time in each (measured beside every sample), how much slower it is "
+             "across nodes, and the model's best speedup over each reference.",
     "refinement": "Failed or slow samples went back to the model with the evaluator's feedback; each row counts "
                   "every sample's latest version after that round (round 0: the first answers).",
 }
@@ -61,6 +64,30 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     if df["world_size"].nunique() > 1:
         df["problem_id"] = [f"{p} W={w}" for p, w in zip(df["problem_id"], df["world_size"])]
     return df
+
+
+def across_nodes(df: pd.DataFrame) -> pd.DataFrame | None:
+    """Per model, problem and spread layout: the reference inside one node and across nodes, and the
+    best correct speedup over each (None when no gang spanned nodes)."""
+    nodes = df["nodes"].fillna(1).astype(int) if "nodes" in df else pd.Series(1, index=df.index)
+    spread, one = df[nodes > 1], df[nodes == 1]
+    if spread.empty:
+        return None
+    rows = []
+    for (model, pid, w, n), g in spread.assign(nodes=nodes[nodes > 1]).groupby(
+            ["model", "problem_id", "world_size", "nodes"], sort=True):
+        inside = one[(one["problem_id"] == pid) & (one["world_size"] == w)]
+        ref_one, ref_spread = inside["ref_time_us"].median(), g["ref_time_us"].median()
+        correct = Status.CORRECT.value
+        rows.append({
+            "model": model, "problem": pid, "layout": f"{n}x{w // n}",
+            "ref one node (us)": ref_one, "ref across nodes (us)": ref_spread,
+            "across / one node": ref_spread / ref_one if pd.notna(ref_one) and ref_one > 0 else None,
+            "best speedup, one node": inside.loc[(inside["status"] == correct) & (inside["model"] == model),
+                                                 "speedup"].max(),
+            "best speedup, across nodes": g.loc[g["status"] == correct, "speedup"].max(),
+        })
+    return pd.DataFrame(rows)
 
 
 def leaderboard(df: pd.DataFrame) -> pd.DataFrame:
@@ -235,6 +262,7 @@ thead th { background: #f5f7fa; position: sticky; top: 0; } svg { max-width: 100
 def build(df: pd.DataFrame, title: str = "pkb_ray report") -> tuple[str, str]:
     """(HTML page, Markdown summary) of result rows. With refinement rounds, every section counts
     each sample's latest version, and a section shows pass@1 and fast_1@1 after each round."""
+    spread = across_nodes(prepare(df))
     df, rounds = final_and_rounds(prepare(df))
     board, problems = leaderboard(df), per_problem(df)
     failures = status_table(df, ["model", "category"])
@@ -251,6 +279,9 @@ def build(df: pd.DataFrame, title: str = "pkb_ray report") -> tuple[str, str]:
         "problems": html_table(problems),
     }
     sections = dict(SECTIONS)
+    if spread is not None:
+        sections["nodes"] = "Across nodes"
+        blocks["nodes"] = html_table(spread)
     if rounds is not None:
         sections["refinement"] = "After each refinement round"
         blocks["refinement"] = html_table(rounds)
@@ -270,7 +301,8 @@ def build(df: pd.DataFrame, title: str = "pkb_ray report") -> tuple[str, str]:
         f"## {SECTIONS['speedups']}", "", NOTES["speedups"], "", markdown_table(speed),
         f"## {SECTIONS['failures']}", "", NOTES["failures"], "", markdown_table(failures),
         f"## {SECTIONS['problems']}", "", NOTES["problems"], "", markdown_table(problems),
-    ] + ([f"## {sections['refinement']}", "", NOTES["refinement"], "", markdown_table(rounds)]
+    ] + ([f"## {sections['nodes']}", "", NOTES["nodes"], "", markdown_table(spread)] if spread is not None else [])
+      + ([f"## {sections['refinement']}", "", NOTES["refinement"], "", markdown_table(rounds)]
          if rounds is not None else []))
     return page, md
 

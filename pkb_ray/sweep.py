@@ -8,7 +8,6 @@ table, and log the run to W&B (offline by default).
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from pkb_ray.config import ConfigError, SweepConfig, validate_config
-from pkb_ray.gang import NOSET_CUDA
+from pkb_ray.gang import start_ray
 from pkb_ray.llm import GenerationError, api_key
 from pkb_ray.metrics import final_and_rounds
 from pkb_ray.pipeline import run_pipeline, select_rows
@@ -33,20 +32,6 @@ from pkb_ray.summary import format_summary
 from pkb_ray.tracking import Tracker
 
 log = logging.getLogger("pkb_ray")
-
-
-def start_ray(cfg: SweepConfig) -> None:
-    os.environ[NOSET_CUDA] = "1"  # ranks pick their own GPU among all of the node's
-    if ray.is_initialized():
-        return
-    if cfg.ray.address:
-        ray.init(address=cfg.ray.address)
-        return
-    gpus = cfg.ray.num_gpus
-    if gpus is None and cfg.hardware.device == "cpu":
-        gpus = cfg.hardware.gpus_per_node * cfg.hardware.nodes  # logical GPUs: gangs of gloo ranks
-    ray.init(num_cpus=cfg.ray.num_cpus, num_gpus=gpus, resources=cfg.ray.resources or None,
-             include_dashboard=cfg.ray.include_dashboard, log_to_driver=True, configure_logging=False)
 
 
 def run(cfg: SweepConfig, out_dir: Path, sweep_group: str | None = None, job: str | None = None) -> pd.DataFrame:

@@ -8,12 +8,14 @@
 #   problems  tests/test_problems_on_gpu.py  every problem's reference with NCCL against its oracle
 #   bench     scripts/bench_kernels.py       expert kernels vs NCCL, 4 KiB..256 MiB  -> $OUT/kernels.json
 #   baselines python -m pkb_ray.baselines    every reference at its default size     -> $OUT/baselines/h200_2.json
+#   nodes     scripts/emulate_nodes.py       the collectives inside one node and across two fake nodes
+#                                            (one GPU each, NCCL over sockets)        -> $OUT/baselines_nodes/
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/site
 if [ -f .devdeps/site.tar.xz ]; then tar xJf .devdeps/site.tar.xz -C /tmp/site; fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 RAY_DISABLE_USAGE_STATS=1
-STEPS=${STEPS:-"kernels problems bench baselines"}
+STEPS=${STEPS:-"kernels problems bench baselines nodes"}
 nvidia-smi -L | tee "$OUT/gpus.txt"
 for step in $STEPS; do
   echo "=== $step $(date +%T)"
@@ -23,6 +25,9 @@ for step in $STEPS; do
     bench)     timeout 420 python3 scripts/bench_kernels.py --device cuda --timeout 30 --out "$OUT/kernels.json" 2>&1 | grep -v Warning ;;
     baselines) timeout 540 python3 -m pkb_ray.baselines hardware=h200_2 eval=gpu eval.size=default wandb=disabled \
                  "baselines_dir=$OUT/baselines" "hydra.run.dir=$OUT/baselines_run" cache_dir=/tmp/pkb_cache 2>&1 | tail -40 ;;
+    nodes)     timeout 540 python3 scripts/emulate_nodes.py --nodes 2 --gpus-per-node 1 hardware=h200_2x1_socket \
+                 eval=gpu eval.size=default problems=collectives wandb=disabled "baselines_dir=$OUT/baselines_nodes" \
+                 "hydra.run.dir=$OUT/nodes_run" cache_dir=/tmp/pkb_cache 2>&1 | tail -40 ;;
     *) echo "unknown step $step" ;;
   esac 2>&1 | tee "$OUT/$step.log"
 done

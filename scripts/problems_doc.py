@@ -51,7 +51,7 @@ def render() -> str:
     hardware = {w: HardwareConfig.model_validate(OmegaConf.to_container(
         OmegaConf.load(REPO / "conf" / "hardware" / f"{name}.yaml"))) for w, name in PROFILES.items()}
     measured = {(r["problem_id"], r["world_size"], r["size"]): r
-                for r in baselines.load(REPO / "baselines", "h200_2") if r.get("ref_time_us")}
+                for r in baselines.load(REPO / "baselines", "h200_2") if r.get("ref_time_us") and r["nodes"] == 1}
     lines = [
         "# Problems",
         "",

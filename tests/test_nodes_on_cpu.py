@@ -115,3 +115,35 @@ def test_the_pool_places_spread_gangs_on_distinct_nodes_in_rank_order(two_nodes,
         nodes = {a.name: a.node_id for a in actors if a.name in (result.gang, f"{result.gang}-host1")}
         assert len(nodes) == 2 and len(set(nodes.values())) == 2, nodes
     assert rank_processes_left(tmp_path / "cache") == []
+
+
+def test_baselines_inside_one_node_and_across_two(two_nodes, tmp_path):
+    from pkb_ray import baselines
+
+    cfg = SweepConfig.model_validate({
+        "eval": {"trials": 2, "timing_sets": 2, "warmup": 2, "rounds": 5, "timeout_s": 20, "prewarm": 0},
+        "hardware": {"world_sizes": [2], "gpus_per_node": 2, "nodes": 2, "spread": ["2x1"], "link_gbps": 5.0,
+                     "network_gbps": 0.5},
+        "cache_dir": str(tmp_path / "cache"),
+    })
+    rows = baselines.measure(cfg, load_problems(), ["all_gather", "all_reduce"], tmp_path / "work")
+    got = {(r["problem_id"], r["nodes"]): r for r in rows}
+    assert set(got) == {("all_gather", 1), ("all_gather", 2), ("all_reduce", 1), ("all_reduce", 2)}
+    for (pid, nodes), r in got.items():
+        assert r["status"] == "correct" and r["ref_time_us"] > 0 and r["layout"] == f"{nodes}x{2 // nodes}", r
+    # across nodes the network (0.5 GB/s here) bounds the speed of light, not the link inside a node
+    assert got[("all_reduce", 2)]["sol_time_us"] > got[("all_reduce", 1)]["sol_time_us"]
+    path = baselines.save(tmp_path / "b", cfg.hardware, rows)
+    assert {(r["problem_id"], r["nodes"]) for r in baselines.load(tmp_path / "b", cfg.hardware.name)} == set(got)
+    assert path.name == "cpu_gloo.json"
+
+
+def test_a_rank_numbers_its_gpu_among_those_its_node_lets_it_see():
+    from pkb_ray.runner.rank import local_device
+
+    # two Ray nodes on one machine, started with CUDA_VISIBLE_DEVICES=0 and =1: Ray says GPU "1" on
+    # the second, whose processes see that GPU alone, as cuda:0
+    assert local_device("cuda:1", "1") == "cuda:0"
+    assert local_device("cuda:3", "2, 3") == "cuda:1"
+    assert local_device("cuda:1", None) == "cuda:1" and local_device("cuda:1", "0,1") == "cuda:1"
+    assert local_device("cpu", "1") == "cpu"

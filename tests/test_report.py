@@ -109,3 +109,23 @@ def test_refined_samples_count_once_and_each_round_is_shown(tmp_path):
     rounds = text.split("## After each refinement round")[1]
     assert "| weak | 0 | 12 | 0.25 |" in rounds and "| weak | 1 | 12 | 0.417 |" in rounds
     assert 'id="refinement"' in page.read_text()
+
+
+def test_spread_results_get_their_own_section_and_do_not_count_as_more_samples(tmp_path):
+    rows = results()
+    spread = []
+    for r in rows:
+        if r.model == "strong" and r.problem_id == "all_reduce":
+            r.ref_time_us = 40.0  # inside one node
+            spread.append(r.model_copy(update={"nodes": 2, "ref_time_us": 100.0, "finished_at": r.finished_at}))
+    write_results(rows + spread, tmp_path / "run" / "results")
+    df = read_runs([tmp_path / "run"])
+    assert len(df) == 28 and int((df["nodes"] == 2).sum()) == 4
+    page, md = write(df, tmp_path / "out")
+    text = md.read_text()
+    assert "## Across nodes" in text and 'id="nodes"' in page.read_text()
+    # the reference is 2.5x slower across nodes; the best correct speedup is 2 on both
+    assert "| strong | all_reduce | 2x1 | 40 | 100 | 2.5 | 2 | 2 |" in text
+    # the leaderboard still counts 4 samples of strong/all_reduce (pass@1 unchanged)
+    board = text.split("## Leaderboard")[1].split("##")[0]
+    assert "| 0.583 |" in board

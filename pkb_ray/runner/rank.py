@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    device = torch.device(args.device)
+    device = torch.device(local_device(args.device, os.environ.get("CUDA_VISIBLE_DEVICES")))
     if device.type == "cuda":
         torch.cuda.set_device(device)
     host, port = args.store.rsplit(":", 1)
@@ -78,6 +78,18 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # skip interpreter teardown: candidate threads or atexit hooks must not hang us
+
+
+def local_device(device: str, visible: str | None) -> str:
+    """``cuda:<id>`` as this process numbers it. Ray names a GPU by its id on the node, which is its
+    position among all GPUs, or its entry in CUDA_VISIBLE_DEVICES when the node's Ray was started
+    with one (e.g. two Ray nodes on one machine, one GPU each); a process numbers the GPUs it sees
+    from 0."""
+    if not device.startswith("cuda:") or not visible:
+        return device
+    ids = [v.strip() for v in visible.split(",") if v.strip()]
+    gpu = device.split(":", 1)[1]
+    return f"cuda:{ids.index(gpu)}" if gpu in ids else device
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

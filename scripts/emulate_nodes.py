@@ -1,0 +1,72 @@
+"""Inter-node baselines without a multi-node cluster: fake Ray nodes on this machine, then
+``python -m pkb_ray.baselines`` against them.
+
+    python3 scripts/emulate_nodes.py hardware=h200_2x1_socket eval=gpu eval.size=default   # 2 x H200
+    .venv/bin/python scripts/emulate_nodes.py --gpus-per-node 1 hardware=cpu_gloo hardware.nodes=2 \\
+        'hardware.spread=[2x1]' problems=smoke                                         # CPU, gloo
+
+Starts ``--nodes`` Ray nodes (ray.cluster_utils.Cluster) of ``--gpus-per-node`` GPUs each. On a
+GPU machine each node is started with CUDA_VISIBLE_DEVICES naming its own GPUs, so Ray hands the
+gang on node k the physical GPUs of node k (the ranks renumber them: pkb_ray.runner.rank); without
+GPUs they are logical. Every argument after the options goes to ``pkb_ray.baselines`` (with
+``ray.address`` set to the fake cluster). The profile's ``spread_nccl_env`` is what makes NCCL
+treat the fake nodes as separate machines (no P2P, no shared memory: sockets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=2)
+    ap.add_argument("--gpus-per-node", type=int, default=1)
+    ap.add_argument("--cpus-per-node", type=int, default=2)
+    args, overrides = ap.parse_known_args()
+
+    import ray
+    from ray.cluster_utils import Cluster
+
+    import torch
+
+    physical = torch.cuda.device_count()
+    if physical and physical < args.nodes * args.gpus_per_node:
+        print(f"error: {args.nodes} nodes x {args.gpus_per_node} GPUs need {args.nodes * args.gpus_per_node}, "
+              f"this machine has {physical}", file=sys.stderr)
+        return 2
+    os.environ["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] = "1"
+    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+    cluster = None
+    try:
+        for k in range(args.nodes):
+            if physical:  # this node's raylet (and so its workers and ranks) sees its own GPUs only
+                first = k * args.gpus_per_node
+                os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + i) for i in range(args.gpus_per_node))
+            node = {"num_cpus": args.cpus_per_node, "num_gpus": args.gpus_per_node}
+            if cluster is None:
+                cluster = Cluster(initialize_head=True, head_node_args=node)
+            else:
+                cluster.add_node(**node)
+        cluster.wait_for_nodes()
+        if saved is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = saved
+        print(f"fake cluster: {args.nodes} nodes x {args.gpus_per_node} GPU(s) at {cluster.address}", flush=True)
+        cmd = [sys.executable, "-m", "pkb_ray.baselines", f"ray.address={cluster.address}", *overrides]
+        return subprocess.run(cmd, cwd=REPO).returncode
+    finally:
+        if cluster is not None:
+            ray.shutdown()
+            cluster.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
