@@ -83,7 +83,7 @@ def measure(cfg: SweepConfig, problems: dict[str, Problem], ids: list[str], work
     tasks = [(reference_sample(problems[pid]), lay) for lay in spread for pid in ids
              if problems[pid].meta.world_sizes.supports(lay.world_size)]
     if tasks:
-        start_ray(cfg)
+        start_ray(cfg, spread)
         pool = GangPool(cfg)
         try:
             rows += [row_for(cfg, problems[r.problem_id], r) for r in pool.evaluate(tasks)]
@@ -120,6 +120,9 @@ def save(baselines_dir: Path, hardware, rows: list[dict[str, Any]]) -> Path:
 def run(cfg: SweepConfig, out_dir: Path) -> Path:
     problems = load_problems(resolve_path(cfg.problems_dir) if cfg.problems_dir else None)
     ids = sorted(check_against_problems(cfg, problems))
+    spread = [lay for lay in cfg.hardware.layouts if lay.nodes > 1]
+    if spread:
+        start_ray(cfg, spread)  # a cluster without room for them fails now, before any measurement
     rows = measure(cfg, problems, ids, out_dir / "work")
     path = save(resolve_path(cfg.baselines_dir), cfg.hardware, rows)
     failed = [r for r in rows if r["status"] != Status.CORRECT.value]

@@ -26,9 +26,9 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from pkb_ray.config import SweepConfig
+from pkb_ray.config import ConfigError, SweepConfig
 from pkb_ray.harness import Harness
-from pkb_ray.placement import Layout
+from pkb_ray.placement import Layout, fits
 from pkb_ray.problem import load_problems
 from pkb_ray.ranks import MULTICAST_OFF
 from pkb_ray.schema import Result, Sample, Status
@@ -44,11 +44,23 @@ def actor_env() -> dict[str, str]:
     return env
 
 
-def start_ray(cfg: SweepConfig) -> None:
-    """Join the Ray cluster of ``cfg.ray.address``, or start a local one (logical GPUs on CPU)."""
+def start_ray(cfg: SweepConfig, layouts: list[Layout] | None = None) -> None:
+    """Join the Ray cluster of ``cfg.ray.address``, or start a local one (logical GPUs on CPU); then
+    check that it can hold a gang of each of ``layouts`` (default: every layout of the run), or
+    raise ConfigError naming the key."""
     os.environ[NOSET_CUDA] = "1"  # ranks pick their own GPU among all of the node's
-    if ray.is_initialized():
-        return
+    if not ray.is_initialized():
+        _init_ray(cfg)
+    gpus = {n["NodeID"]: int(n["Resources"].get("GPU", 0)) for n in ray.nodes() if n["Alive"]}
+    for lay in cfg.hardware.layouts if layouts is None else layouts:
+        if not fits(lay, gpus):
+            key = (f"hardware.world_sizes: {lay.world_size}" if lay.nodes == 1 else
+                   f"hardware.spread.{[Layout.of(t) for t in cfg.hardware.spread].index(lay)}: {lay}")
+            raise ConfigError(f"{key} needs {lay.nodes} node(s) with {lay.per_node} GPUs each; the Ray cluster has "
+                              f"{sorted(gpus.values(), reverse=True)} GPUs per node")
+
+
+def _init_ray(cfg: SweepConfig) -> None:
     if cfg.ray.address:
         ray.init(address=cfg.ray.address)
         return

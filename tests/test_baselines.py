@@ -33,3 +33,10 @@ def test_baselines_are_measured_recorded_and_merged(tmp_path):
     # a bad config fails before any work, naming the key
     bad = run(tmp_path, "problems.ids=[nope]")
     assert bad.returncode == 2 and "problems.ids" in bad.stderr
+
+
+def test_a_spread_layout_the_cluster_cannot_hold_fails_at_start(tmp_path):
+    # a local Ray is one node: a 2x1 gang cannot be placed, and the error names the key
+    bad = run(tmp_path, "problems=smoke", "hardware.nodes=2", "hardware.spread=[2x1]")
+    assert bad.returncode == 2 and "hardware.spread.0: 2x1 needs 2 node(s)" in bad.stderr, bad.stderr[-2000:]
+    assert not (tmp_path / "baselines" / "cpu_gloo.json").exists()
