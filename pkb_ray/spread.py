@@ -140,10 +140,16 @@ class SpreadRankSet:
             starts.append((host, set_id, list(range(first, first + len(devices))),
                            host.start.remote(set_id, devices, first, self.world_size, addr, prefix, options)))
             first += len(devices)
-        for host, set_id, ranks, ref in starts:
-            self.remotes.append(_Remote(host, set_id, ranks, ray.get(ref)))
-        self.started_at = time.monotonic()
         self.closed = False
+        try:
+            for host, set_id, ranks, ref in starts:
+                self.remotes.append(_Remote(host, set_id, ranks, ray.get(ref)))
+        except Exception:
+            for host, set_id, _, _ in starts:  # a host that cannot start its ranks: leave nothing running
+                host.kill.remote(set_id)
+            self.local.kill()
+            raise
+        self.started_at = time.monotonic()
 
     @property
     def ranks(self) -> list[int]:
