@@ -55,22 +55,33 @@ extern "C" int gather_peers_launch(void* x, void* bufs, void* pads, void* out, l
 lib = load_cuda(SOURCE, functions={"gather_peers_launch": ["ptr", "ptr", "ptr", "ptr", "i64", "i32", "i32", "i32",
                                                            "i32", "stream"]})
 MAX_BLOCKS = 264  # two blocks of 512 threads per SM of an H100/H200 (132 SMs)
+_raw_stream = torch._C._cuda_getCurrentRawStream if torch.cuda.is_available() else None
+_plans: dict = {}  # (device, dtype, numel) -> what stays the same from call to call (small calls are host-bound)
+
+
+def _plan(x: torch.Tensor) -> tuple:
+    world, rank = dist.get_world_size(), dist.get_rank()
+    buf, handle, ptrs = symmetric_buffer(x.numel(), x.dtype, x.device)  # collective: first call of a shape
+    pads, slots = signal_pads(handle, x.device)
+    return (ptrs.data_ptr(), pads.data_ptr(), x.numel() * x.element_size(), rank, world,
+            min(MAX_BLOCKS, slots // world), x.device.index)
 
 
 def solution(x: torch.Tensor) -> torch.Tensor:
-    world, rank = dist.get_world_size(), dist.get_rank()
     if not x.is_cuda or x.numel() == 0:  # CPU runs (gloo): the reference's way
+        world = dist.get_world_size()
         out = x.new_empty(world * x.numel())
         dist.all_gather(list(out.chunk(world)), x.contiguous())
         return out
     x = x.contiguous()
-    buf, handle, ptrs = symmetric_buffer(x.numel(), x.dtype, x.device)
-    pads, slots = signal_pads(handle, x.device)
+    key = (x.device, x.dtype, x.numel())
+    if key not in _plans:
+        _plans[key] = _plan(x)
+    ptrs, pads, nbytes, rank, world, blocks, device = _plans[key]
     out = x.new_empty(world * x.numel())
-    nbytes = x.numel() * x.element_size()
     vec16 = nbytes % 16 == 0 and x.data_ptr() % 16 == 0 and out.data_ptr() % 16 == 0
-    err = lib.gather_peers_launch(x.data_ptr(), ptrs.data_ptr(), pads.data_ptr(), out.data_ptr(), nbytes, rank, world,
-                                  int(vec16), min(MAX_BLOCKS, slots // world), torch.cuda.current_stream().cuda_stream)
+    err = lib.gather_peers_launch(x.data_ptr(), ptrs, pads, out.data_ptr(), nbytes, rank, world, int(vec16), blocks,
+                                  _raw_stream(device))
     if err:
         raise RuntimeError(f"gather_peers launch failed: cudaError {err}")
     return out

@@ -63,10 +63,20 @@ ARGS = ["ptr", "ptr", "ptr", "ptr", "i64", "i32", "i32", "i32", "stream"]
 lib = load_cuda(SOURCE, functions={"reduce_chunk_f32": ARGS, "reduce_chunk_bf16": ARGS})
 LAUNCH = {torch.float32: lib.reduce_chunk_f32, torch.bfloat16: lib.reduce_chunk_bf16}
 MAX_BLOCKS = 264  # two blocks of 512 threads per SM of an H100/H200 (132 SMs)
+_raw_stream = torch._C._cuda_getCurrentRawStream if torch.cuda.is_available() else None
+_plans: dict = {}  # (device, dtype, numel) -> what stays the same from call to call (small calls are host-bound)
+
+
+def _plan(x: torch.Tensor) -> tuple:
+    world, rank = dist.get_world_size(), dist.get_rank()
+    buf, handle, ptrs = symmetric_buffer(x.numel(), x.dtype, x.device)  # collective: first call of a shape
+    pads, slots = signal_pads(handle, x.device)
+    return (LAUNCH[x.dtype], ptrs.data_ptr(), pads.data_ptr(), x.numel() // world, rank, world,
+            min(MAX_BLOCKS, slots // world), x.device.index)
 
 
 def solution(x: torch.Tensor) -> torch.Tensor:
-    world, rank = dist.get_world_size(), dist.get_rank()
+    world = dist.get_world_size()
     chunk = x.numel() // world
     if not x.is_cuda or x.dtype not in LAUNCH or chunk == 0 or (chunk * x.element_size()) % 16:
         out = x.new_empty(chunk)  # CPU runs (gloo), other dtypes and odd sizes: the reference's way
@@ -74,11 +84,12 @@ def solution(x: torch.Tensor) -> torch.Tensor:
         return out
     if not x.is_contiguous() or x.data_ptr() % 16:
         x = x.clone(memory_format=torch.contiguous_format)  # the kernel loads 16 aligned bytes at a time
-    buf, handle, ptrs = symmetric_buffer(x.numel(), x.dtype, x.device)
-    pads, slots = signal_pads(handle, x.device)
+    key = (x.device, x.dtype, x.numel())
+    if key not in _plans:
+        _plans[key] = _plan(x)
+    launch, ptrs, pads, chunk, rank, world, blocks, device = _plans[key]
     out = x.new_empty(chunk)
-    err = LAUNCH[x.dtype](x.data_ptr(), ptrs.data_ptr(), pads.data_ptr(), out.data_ptr(), chunk, rank, world,
-                          min(MAX_BLOCKS, slots // world), torch.cuda.current_stream().cuda_stream)
+    err = launch(x.data_ptr(), ptrs, pads, out.data_ptr(), chunk, rank, world, blocks, _raw_stream(device))
     if err:
         raise RuntimeError(f"reduce_chunk launch failed: cudaError {err}")
     return out
