@@ -8,6 +8,12 @@
 #   problems  tests/test_problems_on_gpu.py  every problem's reference with NCCL against its oracle
 #   bench     scripts/bench_kernels.py       expert kernels vs NCCL, 4 KiB..256 MiB  -> $OUT/kernels.json
 #   baselines python -m pkb_ray.baselines    every reference at its default size     -> $OUT/baselines/h200_2.json
+# On a 4- or 8-GPU machine (issue 10), with W=4 or W=8 (kind nvidia-h200-x4 / -x8):
+#   scale_problems   every reference at W against its oracle, float32 and bfloat16
+#   scale_bench      expert kernels vs NCCL at W, bfloat16, 4 KiB..256 MiB      -> $OUT/kernels_w$W.json
+#   scale_baselines  every reference at its default size at W                 -> $OUT/baselines/h200_8.json
+#   scale_throughput the synthetic set through the pool with gangs of 2, 4 and W -> $OUT/throughput_w*.json
+#   scale_hostile    hostile samples on a W gang: statuses and recovery times   -> $OUT/gangs_w$W/
 #   nodes     scripts/emulate_nodes.py       the collectives inside one node and across two fake nodes
 #                                            (one GPU each, NCCL over sockets)        -> $OUT/baselines_nodes/
 set -uo pipefail
@@ -16,6 +22,7 @@ mkdir -p "$OUT" /tmp/site
 if [ -f .devdeps/site.tar.xz ]; then tar xJf .devdeps/site.tar.xz -C /tmp/site; fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 RAY_DISABLE_USAGE_STATS=1
 STEPS=${STEPS:-"kernels problems bench baselines nodes"}
+W=${W:-8}
 nvidia-smi -L | tee "$OUT/gpus.txt"
 for step in $STEPS; do
   echo "=== $step $(date +%T)"
@@ -28,6 +35,20 @@ for step in $STEPS; do
     nodes)     timeout 540 python3 scripts/emulate_nodes.py --nodes 2 --gpus-per-node 1 hardware=h200_2x1_socket \
                  eval=gpu eval.size=default problems=collectives wandb=disabled "baselines_dir=$OUT/baselines_nodes" \
                  "hydra.run.dir=$OUT/nodes_run" cache_dir=/tmp/pkb_cache 2>&1 | tail -40 ;;
+    scale_problems) for dt in float32 bfloat16; do
+                 timeout 280 python3 scripts/check_problems.py --device cuda --world-sizes "$W" --dtype $dt --timeout 30
+               done ;;
+    scale_bench) timeout 540 python3 scripts/bench_kernels.py --device cuda --world-size "$W" --dtype bfloat16 \
+                 --sizes 4K,64K,256K,1M,16M,64M,256M --timeout 40 --out "$OUT/kernels_w$W.json" 2>&1 | grep -v Warning ;;
+    scale_baselines) timeout 540 python3 -m pkb_ray.baselines hardware=h200_8 "hardware.world_sizes=[$W]" eval=gpu \
+                 eval.size=default wandb=disabled "baselines_dir=$OUT/baselines" "hydra.run.dir=$OUT/baselines_run" \
+                 cache_dir=/tmp/pkb_cache 2>&1 | tail -40 ;;
+    scale_throughput) for w in 2 4 "$W"; do
+                 timeout 170 python3 scripts/bench_throughput.py --device cuda --world-size $w --samples 200 --naive 0 \
+                   --out "$OUT/throughput_w$w.json" 2>&1 | tail -8
+               done ;;
+    scale_hostile) timeout 400 python3 scripts/bench_gangs.py --device cuda --world-size "$W" --phases statuses,recovery \
+                 --out "$OUT/gangs_w$W" 2>&1 | tail -30 ;;
     *) echo "unknown step $step" ;;
   esac 2>&1 | tee "$OUT/$step.log"
 done
