@@ -44,7 +44,7 @@ class RankHost:
 
     def where(self) -> dict[str, Any]:
         return {"node": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address(),
-                "pid": os.getpid()}
+                "pid": os.getpid(), "root": str(self.root)}
 
     def start(self, set_id: str, devices: list[str], first_rank: int, world_size: int, store_addr: str,
               prefix: str, options: dict[str, Any]) -> str:

@@ -72,6 +72,9 @@ def test_a_rank_set_spread_over_two_nodes_judges_samples_like_one_node(two_nodes
     try:
         results = [harness.evaluate(sample(src, i)) for i, src in enumerate([COPY, WRONG, HANGS_ON_RANK1,
                                                                               DIES_ON_LAST_RANK, COPY])]
+        harness.close()
+        # the harness itself had the host kill every remote rank it started (the hung one too)
+        assert rank_processes_left(Path(where["root"])) == []
     finally:
         harness.close()
         ray.get(host.shutdown.remote())
