@@ -24,6 +24,8 @@ from pkb_ray.llm import GenerationError, api_key
 from pkb_ray.metrics import final_and_rounds
 from pkb_ray.pipeline import run_pipeline, select_rows
 from pkb_ray.problem import ProblemError, load_problems
+from pkb_ray.report import across_nodes
+from pkb_ray.report import prepare as prepare_rows
 from pkb_ray.report import write as write_report
 from pkb_ray.samples import newest, read_results, read_samples
 from pkb_ray.selection import check_against_problems, resolve_path
@@ -80,6 +82,7 @@ def run(cfg: SweepConfig, out_dir: Path, sweep_group: str | None = None, job: st
                       group=sweep_group, job_type=job)
     try:
         tracker.log_results(df, page)
+        tracker.log_across_nodes(across_nodes(prepare_rows(everything)) if len(everything) else None)
         if per_round is not None:
             tracker.log_rounds(per_round)
     finally:

@@ -89,6 +89,14 @@ class Tracker:
             logged["report"] = wandb.Html(report_html, inject=False)
         self.run.log(logged)
 
+    def log_across_nodes(self, table: pd.DataFrame | None) -> None:
+        """The report's "Across nodes" table (:func:`pkb_ray.report.across_nodes`), if gangs spanned nodes."""
+        if not self.run or table is None or table.empty:
+            return
+        import wandb
+
+        self.run.log({"across_nodes": wandb.Table(dataframe=table.reset_index(drop=True))})
+
     def log_rounds(self, per_round: pd.DataFrame) -> None:
         """pass@1 and fast_1@1 after each refinement round: a table, a line plot, and summary keys."""
         if not self.run or per_round.empty:

@@ -1,5 +1,6 @@
 """The report: a small results set written as real Parquet, read back, turned into HTML and Markdown."""
 
+import json
 import subprocess
 import sys
 
@@ -129,3 +130,15 @@ def test_spread_results_get_their_own_section_and_do_not_count_as_more_samples(t
     # the leaderboard still counts 4 samples of strong/all_reduce (pass@1 unchanged)
     board = text.split("## Leaderboard")[1].split("##")[0]
     assert "| 0.583 |" in board
+    # and W&B gets the same table (a real offline run, read back from its files)
+    from pkb_ray.config import WandbConfig
+    from pkb_ray.report import across_nodes, prepare
+    from pkb_ray.tracking import Tracker
+
+    tracker = Tracker(WandbConfig(mode="offline"), {}, tmp_path / "wb")
+    tracker.log_across_nodes(across_nodes(prepare(df)))
+    tracker.close()
+    logged = next((tmp_path / "wb").rglob("across_nodes_*.table.json"))
+    table = json.loads(logged.read_text())
+    assert table["columns"][:3] == ["model", "problem", "layout"] and table["data"][0][:5] == [
+        "strong", "all_reduce", "2x1", 40.0, 100.0]
