@@ -55,7 +55,7 @@ def row_for(cfg: SweepConfig, p: Problem, r: Result) -> dict[str, Any]:
              r.status.value, f"{r.ref_time_us:.1f}" if ok else "-", sol)
     return {
         "problem_id": p.id, "category": p.meta.category, "world_size": r.world_size, "nodes": r.nodes,
-        "layout": f"{r.nodes}x{r.world_size // r.nodes}", "size": label, "dtype": dtype,
+        "layout": str(r.layout), "size": label, "dtype": dtype,
         "status": r.status.value, "message": "" if ok else r.message[:500],
         "ref_time_us": r.ref_time_us if ok else None,
         "ref_iqr_us": max(r.ref_iqr_us) if ok and r.ref_iqr_us else None,
@@ -79,7 +79,7 @@ def measure(cfg: SweepConfig, problems: dict[str, Problem], ids: list[str], work
             rows += [row_for(cfg, problems[pid], harness.evaluate(reference_sample(problems[pid]))) for pid in chosen]
         finally:
             harness.close()
-    spread = [lay for lay in cfg.hardware.layouts if lay.nodes > 1]
+    spread = cfg.hardware.spread_layouts
     tasks = [(reference_sample(problems[pid]), lay) for lay in spread for pid in ids
              if problems[pid].meta.world_sizes.supports(lay.world_size)]
     if tasks:
@@ -120,9 +120,8 @@ def save(baselines_dir: Path, hardware, rows: list[dict[str, Any]]) -> Path:
 def run(cfg: SweepConfig, out_dir: Path) -> Path:
     problems = load_problems(resolve_path(cfg.problems_dir) if cfg.problems_dir else None)
     ids = sorted(check_against_problems(cfg, problems))
-    spread = [lay for lay in cfg.hardware.layouts if lay.nodes > 1]
-    if spread:
-        start_ray(cfg, spread)  # a cluster without room for them fails now, before any measurement
+    if cfg.hardware.spread:
+        start_ray(cfg, cfg.hardware.spread_layouts)  # a cluster without room for them fails now, before any measurement
     rows = measure(cfg, problems, ids, out_dir / "work")
     path = save(resolve_path(cfg.baselines_dir), cfg.hardware, rows)
     failed = [r for r in rows if r["status"] != Status.CORRECT.value]

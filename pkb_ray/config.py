@@ -169,7 +169,12 @@ class HardwareConfig(_Strict):
     @property
     def layouts(self) -> list[Layout]:
         """Every gang layout of a run: each world size on one node, then each spread layout."""
-        return [Layout(1, w) for w in self.world_sizes] + [Layout.of(t) for t in self.spread]
+        return [Layout(1, w) for w in self.world_sizes] + self.spread_layouts
+
+    @property
+    def spread_layouts(self) -> list[Layout]:
+        """The layouts of ``spread``, in order."""
+        return [Layout.of(t) for t in self.spread]
 
 
 class RayConfig(_Strict):

@@ -28,7 +28,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from pkb_ray.config import ConfigError, SweepConfig
 from pkb_ray.harness import Harness
-from pkb_ray.placement import Layout, fits
+from pkb_ray.placement import Layout, fits, no_room
 from pkb_ray.problem import load_problems
 from pkb_ray.ranks import MULTICAST_OFF
 from pkb_ray.schema import Result, Sample, Status
@@ -51,13 +51,17 @@ def start_ray(cfg: SweepConfig, layouts: list[Layout] | None = None) -> None:
     os.environ[NOSET_CUDA] = "1"  # ranks pick their own GPU among all of the node's
     if not ray.is_initialized():
         _init_ray(cfg)
-    gpus = {n["NodeID"]: int(n["Resources"].get("GPU", 0)) for n in ray.nodes() if n["Alive"]}
+    gpus = node_gpus()
     for lay in cfg.hardware.layouts if layouts is None else layouts:
         if not fits(lay, gpus):
-            key = (f"hardware.world_sizes: {lay.world_size}" if lay.nodes == 1 else
-                   f"hardware.spread.{[Layout.of(t) for t in cfg.hardware.spread].index(lay)}: {lay}")
-            raise ConfigError(f"{key} needs {lay.nodes} node(s) with {lay.per_node} GPUs each; the Ray cluster has "
-                              f"{sorted(gpus.values(), reverse=True)} GPUs per node")
+            key = ("hardware.world_sizes" if lay.nodes == 1 else
+                   f"hardware.spread.{cfg.hardware.spread_layouts.index(lay)}")
+            raise ConfigError(f"{key}: {no_room(lay, gpus)}")
+
+
+def node_gpus() -> dict[str, int]:
+    """GPUs (logical ones on a CPU machine) of each live node of the Ray cluster."""
+    return {n["NodeID"]: int(n["Resources"].get("GPU", 0)) for n in ray.nodes() if n["Alive"]}
 
 
 def _init_ray(cfg: SweepConfig) -> None:
@@ -93,9 +97,8 @@ class Gang:
         self.harness.prewarm()  # the first sample's rank processes start while the pool fills up
 
     def info(self) -> dict[str, Any]:
-        node = ray.get_runtime_context().get_node_id()
-        return {"name": self.name, "pid": os.getpid(), "devices": self.harness.devices, "node": node,
-                "nodes": [node] + [w["node"] for w in ray.get([h.where.remote() for h in self.hosts])]}
+        return {"name": self.name, "pid": os.getpid(), "devices": self.harness.devices,
+                "node": ray.get_runtime_context().get_node_id()}
 
     def evaluate(self, sample: dict[str, Any]) -> dict[str, Any]:
         s = Sample.model_validate(sample)

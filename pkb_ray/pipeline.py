@@ -208,7 +208,7 @@ def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[st
     t0 = time.monotonic()
     try:
         for n, result in enumerate(pool.evaluate(TaskFeed(tasks())), 1):
-            key = dedup_key(result, Layout(result.nodes, result.world_size // result.nodes))
+            key = dedup_key(result, result.layout)
             with lock:
                 verdicts[key] = result
                 copies = groups.get(key, [])[1:]

@@ -83,11 +83,14 @@ def plan_gangs(free_gpus: Mapping[str, int], queued: Mapping[LayoutLike, int],
         place(max(open_, key=lambda k: (queued[k] / max(have[k], 1e-9), Layout.of(k).world_size)))
 
 
-def largest_gang(node_gpus: Mapping[str, int]) -> int:
-    return max(node_gpus.values(), default=0)
-
-
 def fits(layout: LayoutLike, node_gpus: Mapping[str, int]) -> bool:
     """Whether the cluster has enough nodes with enough GPUs for one gang of ``layout``."""
     lay = Layout.of(layout)
     return sum(g >= lay.per_node for g in node_gpus.values()) >= lay.nodes
+
+
+def no_room(layout: LayoutLike, node_gpus: Mapping[str, int]) -> str:
+    """Why a cluster cannot hold a gang of ``layout`` (for error messages)."""
+    lay = Layout.of(layout)
+    return (f"{lay} needs {lay.nodes} node(s) with {lay.per_node} GPUs each; the Ray cluster has "
+            f"{sorted(node_gpus.values(), reverse=True)} GPUs per node")

@@ -14,6 +14,8 @@ from typing import Any
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
+from pkb_ray.placement import Layout
+
 MAX_ERROR_CHARS = 2000
 
 
@@ -102,6 +104,11 @@ class Result(BaseModel):
     duplicate_of: str = ""  # sample_key of the identical sample whose evaluation this row shares
     round: int = 0  # refinement round of the sample: 0 = first answer, r = after r rounds of feedback
     source: str = ""
+
+    @property
+    def layout(self) -> Layout:
+        """Where it ran: world_size / nodes ranks on each of ``nodes`` nodes."""
+        return Layout(self.nodes, self.world_size // self.nodes)
 
     @classmethod
     def for_sample(cls, sample: Sample, status: Status, message: str = "", **fields: Any) -> "Result":

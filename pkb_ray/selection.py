@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pkb_ray.config import ALL_PROBLEMS, ConfigError, SweepConfig
+from pkb_ray.config import ALL_PROBLEMS, ConfigError, HardwareConfig, SweepConfig
 from pkb_ray.problem import Problem
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -17,6 +17,14 @@ def resolve_path(path: str) -> Path:
     """A relative path is taken from the current folder, else from this checkout's root."""
     p = Path(path).expanduser()
     return p if p.is_absolute() or p.exists() else REPO_ROOT / p
+
+
+def hardware_profile(name: str) -> HardwareConfig:
+    """The hardware profile ``conf/hardware/<name>.yaml``, validated (for scripts outside Hydra)."""
+    from omegaconf import OmegaConf
+
+    return HardwareConfig.model_validate(OmegaConf.to_container(OmegaConf.load(REPO_ROOT / "conf/hardware" /
+                                                                              f"{name}.yaml")))
 
 
 def check_against_problems(cfg: SweepConfig, problems: dict[str, Problem]) -> dict[str, Problem]:

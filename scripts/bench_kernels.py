@@ -25,14 +25,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from omegaconf import OmegaConf  # noqa: E402
-
 from pkb_ray.config import EvalConfig, HardwareConfig  # noqa: E402
 from pkb_ray.harness import Harness  # noqa: E402
 from pkb_ray.pipeline import prepare_here  # noqa: E402
 from pkb_ray.problem import DTYPES, load_problems, sol_time_us  # noqa: E402
 from pkb_ray.samples import read_samples  # noqa: E402
 from pkb_ray.schema import Sample  # noqa: E402
+from pkb_ray.selection import hardware_profile  # noqa: E402
 from pkb_ray.stages.compile import build_settings  # noqa: E402
 
 
@@ -72,10 +71,6 @@ def _row(row: dict, pid: str, nbytes: int, world: int, r, wall_s: float) -> dict
           f"busbw ref={x['ref_busbw_gbps'] or 0:6.1f} cand={x['cand_busbw_gbps'] or 0:6.1f} GB/s "
           f"sol={x['sol_fraction'] or 0:.2f} ({wall_s:.1f} s)", flush=True)
     return x
-
-
-def load_hardware(name: str) -> HardwareConfig:
-    return HardwareConfig.model_validate(OmegaConf.to_container(OmegaConf.load(REPO / "conf/hardware" / f"{name}.yaml")))
 
 
 def knobs_of(row: dict, itemsize: int, world: int) -> dict:
@@ -131,7 +126,7 @@ def main() -> int:
         rows = [r for r in rows if r["metadata"]["file"] in args.only.split(",")]
     devices = [f"cuda:{i}" for i in range(w)] if args.device == "cuda" else ["cpu"] * w
     profile = args.hardware or ("h200_2" if args.device == "cuda" else "cpu_gloo")
-    hw = load_hardware(profile).model_copy(update={"world_sizes": [w], "gpus_per_node": w})
+    hw = hardware_profile(profile).model_copy(update={"world_sizes": [w], "gpus_per_node": w})
     if args.rescore:
         return rescore(args.rescore, problems, hw)
     itemsize = DTYPES[args.dtype].itemsize

@@ -17,14 +17,12 @@ import re
 import sys
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pkb_ray import baselines  # noqa: E402
-from pkb_ray.config import HardwareConfig  # noqa: E402
 from pkb_ray.problem import Problem, load_problems, sol_time_us  # noqa: E402
+from pkb_ray.selection import hardware_profile  # noqa: E402
 
 OUT = REPO / "docs" / "problems.md"
 PROFILES = {2: "h200_2", 8: "h200_8"}
@@ -48,8 +46,7 @@ def _us(x: float | None) -> str:
 
 def render() -> str:
     problems = load_problems()
-    hardware = {w: HardwareConfig.model_validate(OmegaConf.to_container(
-        OmegaConf.load(REPO / "conf" / "hardware" / f"{name}.yaml"))) for w, name in PROFILES.items()}
+    hardware = {w: hardware_profile(name) for w, name in PROFILES.items()}
     measured = {(r["problem_id"], r["world_size"], r["size"]): r
                 for r in baselines.load(REPO / "baselines", "h200_2") if r.get("ref_time_us") and r["nodes"] == 1}
     lines = [

@@ -22,8 +22,8 @@ import ray
 from ray.exceptions import RayActorError
 
 from pkb_ray.config import SweepConfig
-from pkb_ray.gang import GangHandle, bundle_devices, reserve, start_gang, stop_gang
-from pkb_ray.placement import Layout, LayoutLike, fits, plan_gangs
+from pkb_ray.gang import GangHandle, bundle_devices, node_gpus, reserve, start_gang, stop_gang
+from pkb_ray.placement import Layout, LayoutLike, fits, no_room, plan_gangs
 from pkb_ray.schema import Result, Sample, Status
 from pkb_ray.telemetry import RunMetrics
 
@@ -32,11 +32,6 @@ log = logging.getLogger(__name__)
 Task = tuple[Sample, LayoutLike]  # a sample and where to evaluate it: a world size on one node, or a Layout
 MAX_FAILED_STARTS = 3  # consecutive gang start failures before the stage gives up (an evaluator bug)
 WAIT_LOG_S = 60.0
-
-
-def node_gpus() -> dict[str, int]:
-    """GPUs (logical ones on a CPU machine) of each live node of the Ray cluster."""
-    return {n["NodeID"]: int(n["Resources"].get("GPU", 0)) for n in ray.nodes() if n["Alive"]}
 
 
 class TaskFeed:
@@ -140,8 +135,7 @@ class GangPool:
                 lay = Layout.of(where)
                 if not fits(lay, cluster):
                     key = "hardware.world_sizes" if lay.nodes == 1 else "hardware.spread"
-                    raise RuntimeError(f"{key}: {lay} needs {lay.nodes} node(s) with {lay.per_node} GPUs each; the "
-                                       f"Ray cluster has {sorted(cluster.values(), reverse=True)} GPUs per node")
+                    raise RuntimeError(f"{key}: {no_room(lay, cluster)}")
                 new |= lay not in queues
                 queues.setdefault(lay, deque()).append(sample)
             return new
