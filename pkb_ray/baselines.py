@@ -24,7 +24,7 @@ import logging
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -65,9 +65,8 @@ def row_for(cfg: SweepConfig, p: Problem, r: Result) -> dict[str, Any]:
     }
 
 
-def measure(cfg: SweepConfig, problems: dict[str, Problem], ids: list[str], work_dir: Path) -> list[dict[str, Any]]:
-    """One baseline row per (problem, supported layout)."""
-    rows = []
+def measure(cfg: SweepConfig, problems: dict[str, Problem], ids: list[str], work_dir: Path) -> Iterator[dict[str, Any]]:
+    """One baseline row per (problem, supported layout), each as soon as it is measured."""
     for w in cfg.hardware.world_sizes:
         chosen = [pid for pid in ids if problems[pid].meta.world_sizes.supports(w)]
         if not chosen:
@@ -76,7 +75,8 @@ def measure(cfg: SweepConfig, problems: dict[str, Problem], ids: list[str], work
         harness = Harness(devices, cfg.eval, cfg.hardware, problems, work_dir=work_dir / f"w{w}",
                           cache_dir=cfg.cache_path)
         try:
-            rows += [row_for(cfg, problems[pid], harness.evaluate(reference_sample(problems[pid]))) for pid in chosen]
+            for pid in chosen:
+                yield row_for(cfg, problems[pid], harness.evaluate(reference_sample(problems[pid])))
         finally:
             harness.close()
     spread = cfg.hardware.spread_layouts
@@ -86,10 +86,10 @@ def measure(cfg: SweepConfig, problems: dict[str, Problem], ids: list[str], work
         start_ray(cfg, spread)
         pool = GangPool(cfg)
         try:
-            rows += [row_for(cfg, problems[r.problem_id], r) for r in pool.evaluate(tasks)]
+            for r in pool.evaluate(tasks):
+                yield row_for(cfg, problems[r.problem_id], r)
         finally:
             pool.shutdown()
-    return rows
 
 
 def path_for(baselines_dir: Path, hardware_name: str) -> Path:
@@ -122,8 +122,11 @@ def run(cfg: SweepConfig, out_dir: Path) -> Path:
     ids = sorted(check_against_problems(cfg, problems))
     if cfg.hardware.spread:
         start_ray(cfg, cfg.hardware.spread_layouts)  # a cluster without room for them fails now, before any measurement
-    rows = measure(cfg, problems, ids, out_dir / "work")
-    path = save(resolve_path(cfg.baselines_dir), cfg.hardware, rows)
+    rows: list[dict[str, Any]] = []
+    path = path_for(resolve_path(cfg.baselines_dir), cfg.hardware.name)
+    for row in measure(cfg, problems, ids, out_dir / "work"):
+        rows.append(row)
+        path = save(resolve_path(cfg.baselines_dir), cfg.hardware, [row])  # a run cut short keeps what it measured
     failed = [r for r in rows if r["status"] != Status.CORRECT.value]
     print(f"{len(rows) - len(failed)} baselines -> {path}" + (f"; {len(failed)} failed: " + ", ".join(
         f"{r['problem_id']} {r['layout']} ({r['status']})" for r in failed) if failed else ""), flush=True)

@@ -3,9 +3,10 @@
 Skipped without 2 CUDA GPUs. Run there with ``python3 -m pytest -q -m gpu tests/test_kernels_on_gpu.py``.
 Sizes pick the kernels' paths: all-reduce 16 KiB (one-shot) and 4 MiB (two-shot), all-gather and
 reduce-scatter with 16-byte and byte-wise copies, all-to-all with one and several 16 MiB rounds
-per pair; float32 and bfloat16.
+per pair; float32 and bfloat16. ``PKB_KERNELS=a.py,b.py`` limits a run to those kernel files.
 """
 
+import os
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available() 
                                                   reason="needs 2 CUDA GPUs")]
 W = 2
 KERNELS = read_samples(REPO / "kernels", model="kernels")
+ONLY = {f for f in os.environ.get("PKB_KERNELS", "").split(",") if f}
 SIZES = {  # problem -> (knobs, dtype) to run every kernel of that problem at
     "all_reduce": [({"numel": 4096}, "float32"), ({"numel": 1 << 20}, "float32"), ({"numel": 1001}, "float32"),
                    ({"numel": 1 << 20}, "bfloat16")],
@@ -42,6 +44,9 @@ CASES = [(pid, knobs, dtype) for pid, runs in SIZES.items() for knobs, dtype in 
 def test_expert_kernels_are_correct_on_gpus(pid, knobs, dtype, problems, tmp_path: Path):
     rows = [r for r in KERNELS if r["problem_id"] == pid]
     assert rows, f"no expert kernel for {pid}"
+    rows = [r for r in rows if not ONLY or Path(r["metadata"]["file"]).name in ONLY]
+    if not rows:
+        pytest.skip(f"PKB_KERNELS leaves no kernel of {pid}")
     hw = HardwareConfig(name="gpu_2", device="cuda", world_sizes=[W], gpus_per_node=W)
     cfg = EvalConfig(trials=3, timing_sets=2, warmup=3, rounds=5, size=knobs, dtype=dtype, timeout_s=60, prewarm=2,
                      max_round_calls=50)
