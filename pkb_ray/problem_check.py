@@ -65,9 +65,14 @@ def _rank_main(rank: int, world_size: int, port: int, problems_dir: str, plan: l
         try:
             args = inputs_for(p, size, rank, world_size, DTYPES[dtype_name], seed, device)
             before = to_cpu(args)  # what the oracle starts from (a GPU draws other numbers than the CPU)
+            # The harness makes a seed's inputs in several processes (reference, candidate): they
+            # must come out bit for bit the same. A CUDA write through repeated indices does not.
+            redrawn = compare(before, to_cpu(inputs_for(p, size, rank, world_size, DTYPES[dtype_name], seed,
+                                                        device)), 0, 0, "input")
             out = p.solution(*args)
             unchanged = None if p.meta.mutates_inputs else compare(before, to_cpu(args), 0, 0, "input")
-            result = {"inputs": before, "outputs": to_cpu(out), "input_changed": str(unchanged) if unchanged else ""}
+            result = {"inputs": before, "outputs": to_cpu(out), "input_changed": str(unchanged) if unchanged else "",
+                      "inputs_differ": str(redrawn) if redrawn else ""}
         except Exception:  # noqa: BLE001 - reported per problem, the others still run
             result = {"error": traceback.format_exc(limit=6)}
         # One file per item, written as soon as it is done: if a later problem kills or hangs the
@@ -139,6 +144,10 @@ def check(problems: dict[str, Problem], ids: list[str], world_size: int, presets
         errors = [f"rank {r}: {g['error']}" for r, g in enumerate(got) if "error" in g]
         if errors:
             failures[key] = "reference raised: " + errors[0]
+            continue
+        redrawn = [f"rank {r}: {g['inputs_differ']}" for r, g in enumerate(got) if g["inputs_differ"]]
+        if redrawn:
+            failures[key] = "make_inputs gave other inputs for the same seed on a second call: " + redrawn[0]
             continue
         changed = [f"rank {r}: {g['input_changed']}" for r, g in enumerate(got) if g["input_changed"]]
         if changed:

@@ -56,8 +56,9 @@ def make_inputs(ctx: InputContext):
     noise = torch.randint(-2, 3, (q, dim), generator=g)
     queries = (pool[torch.arange(q) % pool.shape[0]] + noise).clamp_(-bound, bound)
     db = ctx.randint(-bound, bound + 1, n, dim)
-    planted = max(1, n // 8)
-    db[ctx.randint(0, n, planted)] = pool.to(ctx.device)[ctx.randint(0, pool.shape[0], planted)]
+    # distinct rows: a CUDA write through repeated indices keeps an arbitrary one of the values
+    rows = ctx.randint(0, n, max(1, n // 8)).unique()
+    db[rows] = pool.to(ctx.device)[ctx.randint(0, pool.shape[0], rows.numel())]
     return db.to(ctx.dtype), queries.to(ctx.device, ctx.dtype), ctx.size["k"]
 
 

@@ -44,8 +44,10 @@ def make_inputs(ctx: InputContext):
     loc_scale = torch.randn(2, generator=ctx.generator, device=ctx.device)
     keys = ctx.randn(n) * loc_scale[1].abs().add(0.5) + loc_scale[0]
     # repeated values: ties inside a rank and, through the samples, keys equal to splitters
-    dup = max(1, n // 8)
-    keys[ctx.randint(0, n, dup)] = keys[ctx.randint(0, n, dup)]
+    # (distinct targets: a CUDA write through repeated indices keeps an arbitrary one of the values,
+    # which would make the inputs differ from run to run)
+    targets = ctx.randint(0, n, max(1, n // 8)).unique()
+    keys[targets] = keys[ctx.randint(0, n, targets.numel())]
     return (keys,)
 
 

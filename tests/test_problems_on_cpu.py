@@ -81,6 +81,16 @@ def test_the_check_catches_a_wrong_reference(tmp_path):
     assert list(failures) == ["all_reduce|small|float32|0"] and "disagree" in failures["all_reduce|small|float32|0"]
 
 
+def test_the_check_catches_inputs_that_are_not_the_same_for_a_seed(tmp_path):
+    # on a GPU a write through repeated indices keeps an arbitrary value; here: an unseeded draw
+    src = ALL["all_reduce"].source().replace("def make_inputs(ctx: InputContext):",
+                                             "def make_inputs(ctx: InputContext):\n    return (torch.rand(8),)\n\n\n"
+                                             "def _make_inputs(ctx: InputContext):")
+    (tmp_path / "all_reduce.py").write_text(src)
+    failures = check(load_problems(tmp_path), ["all_reduce"], 2, seeds=(0,))
+    assert "same seed on a second call" in failures["all_reduce|small|float32|0"], failures
+
+
 def test_a_reference_that_kills_its_rank_fails_alone(tmp_path):
     # rank 1 dies inside all_gather's reference; the problems before and after it are still checked
     for pid in ("all_reduce", "broadcast"):
