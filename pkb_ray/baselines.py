@@ -117,6 +117,20 @@ def save(baselines_dir: Path, hardware, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
+def rescore(baselines_dir: Path, hardware, problems: dict[str, Problem]) -> Path:
+    """Recompute the speed-of-light columns of a stored table from ``hardware`` (a profile whose
+    bandwidths or peaks changed since the rows were measured); measured times are kept."""
+    rows = load(baselines_dir, hardware.name)
+    for r in rows:
+        p = problems[r["problem_id"]]
+        label = r["size"]  # a preset name, or explicit knobs written as "k=v,k=v"
+        knobs = p.size(label)[1] if label in p.meta.sizes else p.size(
+            {k: int(v) for k, v in (kv.split("=") for kv in label.split(","))})[1]
+        r["sol_time_us"] = sol_time_us(p, knobs, r["world_size"], r["dtype"], hardware, nodes=r["nodes"])
+        r["sol_fraction"] = r["sol_time_us"] / r["ref_time_us"] if r.get("ref_time_us") else None
+    return save(baselines_dir, hardware, rows)
+
+
 def run(cfg: SweepConfig, out_dir: Path) -> Path:
     problems = load_problems(resolve_path(cfg.problems_dir) if cfg.problems_dir else None)
     ids = sorted(check_against_problems(cfg, problems))

@@ -124,7 +124,11 @@ class HardwareConfig(_Strict):
     arch: str | None = None
     link_gbps: float = Field(gt=0, default=1.0, description="per-GPU interconnect bandwidth, GB/s, one way")
     hbm_gbps: float = Field(gt=0, default=10.0)
-    tflops: float = Field(gt=0, default=0.1)
+    tflops: float = Field(gt=0, default=0.1, description="peak dense compute, TFLOPS, for dtypes not in tflops_by_dtype")
+    tflops_by_dtype: Annotated[dict[Literal["float64", "float32", "float16", "bfloat16"],
+                                    Annotated[float, Field(gt=0)]], NULL_IS_EMPTY] = Field(
+        default_factory=dict, description="peak dense compute per problem dtype, TFLOPS: the fastest way to do that "
+                                          "dtype's math at its accuracy (e.g. float32 on Hopper: 3xTF32)")
     nvlink_multicast: bool = Field(True, description="false: force NVLink multicast (NVLS) off in every rank; "
                                                      "true: leave it to the environment")
     spread: list[str] = Field(default_factory=list,
@@ -165,6 +169,10 @@ class HardwareConfig(_Strict):
                 raise ValueError(f"spread.{i}: {text} needs {lay.nodes} nodes of {lay.per_node} GPUs; the profile "
                                  f"has {self.nodes} of {self.gpus_per_node} (hardware.nodes, gpus_per_node)")
         return self
+
+    def peak_tflops(self, dtype: str) -> float:
+        """The compute bound of the speed of light for a problem run in ``dtype``."""
+        return self.tflops_by_dtype.get(dtype, self.tflops)
 
     @property
     def layouts(self) -> list[Layout]:

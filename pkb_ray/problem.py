@@ -275,7 +275,8 @@ def solution_time_lower_bound(traffic: Traffic, *, link_gbps: float, hbm_gbps: f
 def sol_time_us(problem: Problem, knobs: dict[str, int], world_size: int, dtype: str, hardware: Any,
                 nodes: int = 1) -> float:
     """The speed-of-light time of ``problem`` at ``knobs`` in microseconds, with the bandwidths of a
-    hardware profile (anything with ``link_gbps``, ``hbm_gbps`` and ``tflops``).
+    hardware profile (anything with ``link_gbps``, ``hbm_gbps`` and ``tflops``; the compute peak is
+    its ``peak_tflops(dtype)`` where it has one).
 
     Over ``nodes`` > 1 (W/nodes ranks per node), the share of a rank's traffic that goes to peers on
     other nodes, (W - W/nodes) / (W - 1) if it spreads evenly over its peers, also has to cross the
@@ -283,7 +284,8 @@ def sol_time_us(problem: Problem, knobs: dict[str, int], world_size: int, dtype:
     """
     traffic = problem.speed_of_light(knobs, world_size, DTYPES[dtype])
     seconds = solution_time_lower_bound(traffic, link_gbps=hardware.link_gbps, hbm_gbps=hardware.hbm_gbps,
-                                        tflops=hardware.tflops)
+                                        tflops=hardware.peak_tflops(dtype) if hasattr(hardware, "peak_tflops")
+                                        else hardware.tflops)
     if nodes > 1 and world_size > 1:
         leaving = (world_size - world_size // nodes) / (world_size - 1)
         seconds = max(seconds, traffic.interconnect_bytes * leaving / (hardware.network_gbps * 1e9))

@@ -35,9 +35,10 @@ def _template(name: str) -> Template:
 def describe_hardware(hw: HardwareConfig, world_size: int) -> str:
     multicast = "off" if not hw.nvlink_multicast else "as the environment sets it"
     where = f"{hw.arch} GPUs" if hw.device == "cuda" else "CPU processes (gloo)"
+    compute = ", ".join(f"{t:g} TFLOPS {d}" for d, t in hw.tflops_by_dtype.items()) or f"{hw.tflops:g} TFLOPS"
     return (f"{world_size} ranks, one per device, on {where} (profile {hw.name}: {hw.gpus_per_node} per node, "
             f"{hw.nodes} node(s)); interconnect {hw.link_gbps:g} GB/s per direction per device, memory "
-            f"{hw.hbm_gbps:g} GB/s, {hw.tflops:g} TFLOPS; NVLink multicast {multicast}")
+            f"{hw.hbm_gbps:g} GB/s, {compute}; NVLink multicast {multicast}")
 
 
 def example_for(backend: str, problem_id: str) -> str:

@@ -6,6 +6,8 @@ import subprocess
 import sys
 
 from pkb_ray import baselines
+from pkb_ray.config import HardwareConfig
+from pkb_ray.problem import load_problems
 
 
 def run(tmp_path, *overrides):
@@ -30,6 +32,14 @@ def test_baselines_are_measured_recorded_and_merged(tmp_path):
     assert second.returncode == 0, second.stderr[-3000:]
     table = json.loads((tmp_path / "baselines" / "cpu_gloo.json").read_text())
     assert len(table["rows"]) == 5 and table["hardware"]["name"] == "cpu_gloo"
+    # a profile with 10x the link bandwidth: the speed of light is recomputed, the measured times kept
+    before = {(r["problem_id"], r["world_size"]): r for r in baselines.load(tmp_path / "baselines", "cpu_gloo")}
+    hw = HardwareConfig(**{**table["hardware"], "link_gbps": table["hardware"]["link_gbps"] * 10})
+    baselines.rescore(tmp_path / "baselines", hw, load_problems())
+    for r in baselines.load(tmp_path / "baselines", "cpu_gloo"):
+        old = before[(r["problem_id"], r["world_size"])]
+        assert r["ref_time_us"] == old["ref_time_us"] and r["sol_time_us"] < old["sol_time_us"]
+        assert r["sol_fraction"] == r["sol_time_us"] / r["ref_time_us"]
     # a bad config fails before any work, naming the key
     bad = run(tmp_path, "problems.ids=[nope]")
     assert bad.returncode == 2 and "problems.ids" in bad.stderr

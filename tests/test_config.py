@@ -42,6 +42,8 @@ def test_group_choice_and_key_overrides():
         ("ray.num_gpus=-2", "ray.num_gpus"),
         ("model.provider=openai", "model"),  # an endpoint needs base_url and model_id
         ("model=vllm_local model.concurrency=0", "model.concurrency"),
+        ("hardware=h200_2 +hardware.tflops_by_dtype.int8=1979", "hardware.tflops_by_dtype.int8"),
+        ("hardware=h200_2 hardware.tflops_by_dtype.float32=0", "hardware.tflops_by_dtype.float32"),
     ],
 )
 def test_bad_values_fail_naming_the_key(override, key):
@@ -104,3 +106,16 @@ def test_problem_choice_selects_samples_and_keeps_rows_of_unknown_problems(probl
     rows = read_samples(REPO / "samples" / "replay") + [{"problem_id": "no_such_problem", "source": ""}]
     picked = select_rows(rows, validate_config(composed("problems.ids=[broadcast]")), problems)
     assert sorted(r["problem_id"] for r in picked) == ["broadcast", "broadcast", "no_such_problem"]
+
+
+def test_speed_of_light_bounds_flops_by_the_peak_of_the_problem_dtype(problems):
+    from pkb_ray.problem import DTYPES, sol_time_us
+
+    hw = validate_config(composed("hardware=h200_2")).hardware
+    p, knobs = problems["gemm_allreduce"], problems["gemm_allreduce"].meta.sizes["default"]
+    flops = {d: p.speed_of_light(knobs, 2, DTYPES[d]).flops for d in ("float32", "bfloat16")}
+    # a float32 GEMM of this size is compute-bound at fp32's peak (165 TFLOPS), not bf16 tensor cores'
+    assert sol_time_us(p, knobs, 2, "float32", hw) == pytest.approx(flops["float32"] / 165e12 * 1e6)
+    assert sol_time_us(p, knobs, 2, "bfloat16", hw) < sol_time_us(p, knobs, 2, "float32", hw) / 3
+    flat = hw.model_copy(update={"tflops_by_dtype": {}})  # a profile without the table: `tflops` for every dtype
+    assert sol_time_us(p, knobs, 2, "float32", flat) < sol_time_us(p, knobs, 2, "float32", hw) / 3
