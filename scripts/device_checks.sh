@@ -4,6 +4,10 @@
 # A device call is limited to 10 minutes: run the steps in two or three calls (kernels + problems,
 # bench, baselines). Each step has its own time limit so one slow step cannot starve the next, and
 # a failing step does not stop the others. STEPS defaults to all of them.
+# Baselines use the short protocol (2 trials, 2 timing sets of 50 rounds: ~10 s a problem on
+# 2 x H200, so 61 problems take two calls): IDS=a,b,c limits them to some problems, and rows
+# are saved one by one, so a call cut short keeps what it measured. Work folders stay out of
+# $OUT (too many files there and the device tool returns none of them).
 #   kernels   tests/test_kernels_on_gpu.py   every expert kernel correct at each of its paths
 #   problems  tests/test_problems_on_gpu.py  every problem's reference with NCCL against its oracle
 #   bench     scripts/bench_kernels.py       expert kernels vs NCCL, 4 KiB..256 MiB  -> $OUT/kernels.json
@@ -23,6 +27,9 @@ if [ -f .devdeps/site.tar.xz ]; then tar xJf .devdeps/site.tar.xz -C /tmp/site; 
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 RAY_DISABLE_USAGE_STATS=1
 STEPS=${STEPS:-"kernels problems bench baselines nodes"}
 W=${W:-8}
+SHORT="eval=gpu eval.size=default eval.trials=2 eval.timing_sets=2 eval.rounds=50 wandb=disabled cache_dir=/tmp/pkb_cache"
+ONLY=()
+if [ -n "${IDS:-}" ]; then ONLY=("problems.ids=[$IDS]"); fi
 nvidia-smi -L | tee "$OUT/gpus.txt"
 for step in $STEPS; do
   echo "=== $step $(date +%T)"
@@ -30,19 +37,17 @@ for step in $STEPS; do
     kernels)   timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_on_gpu.py 2>&1 | tail -40 ;;
     problems)  timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_problems_on_gpu.py 2>&1 | tail -40 ;;
     bench)     timeout 420 python3 scripts/bench_kernels.py --device cuda --timeout 30 --out "$OUT/kernels.json" 2>&1 | grep -v Warning ;;
-    baselines) timeout 540 python3 -m pkb_ray.baselines hardware=h200_2 eval=gpu eval.size=default wandb=disabled \
-                 "baselines_dir=$OUT/baselines" "hydra.run.dir=$OUT/baselines_run" cache_dir=/tmp/pkb_cache 2>&1 | tail -40 ;;
+    baselines) timeout 540 python3 -m pkb_ray.baselines hardware=h200_2 $SHORT "${ONLY[@]}" \
+                 "baselines_dir=$OUT/baselines" hydra.run.dir=/tmp/baselines_run 2>&1 | tail -70 ;;
     nodes)     timeout 540 python3 scripts/emulate_nodes.py --nodes 2 --gpus-per-node 1 hardware=h200_2x1_socket \
-                 eval=gpu eval.size=default problems=collectives wandb=disabled "baselines_dir=$OUT/baselines_nodes" \
-                 "hydra.run.dir=$OUT/nodes_run" cache_dir=/tmp/pkb_cache 2>&1 | tail -40 ;;
+                 $SHORT problems=collectives "baselines_dir=$OUT/baselines_nodes" hydra.run.dir=/tmp/nodes_run 2>&1 | tail -40 ;;
     scale_problems) for dt in float32 bfloat16; do
                  timeout 280 python3 scripts/check_problems.py --device cuda --world-sizes "$W" --dtype $dt --timeout 30
                done ;;
     scale_bench) timeout 540 python3 scripts/bench_kernels.py --device cuda --world-size "$W" --dtype bfloat16 \
                  --sizes 4K,64K,256K,1M,16M,64M,256M --timeout 40 --out "$OUT/kernels_w$W.json" 2>&1 | grep -v Warning ;;
-    scale_baselines) timeout 540 python3 -m pkb_ray.baselines hardware=h200_8 "hardware.world_sizes=[$W]" eval=gpu \
-                 eval.size=default wandb=disabled "baselines_dir=$OUT/baselines" "hydra.run.dir=$OUT/baselines_run" \
-                 cache_dir=/tmp/pkb_cache 2>&1 | tail -40 ;;
+    scale_baselines) timeout 540 python3 -m pkb_ray.baselines hardware=h200_8 "hardware.world_sizes=[$W]" $SHORT \
+                 "${ONLY[@]}" "baselines_dir=$OUT/baselines" hydra.run.dir=/tmp/baselines_run 2>&1 | tail -70 ;;
     scale_throughput) for w in 2 4 "$W"; do
                  timeout 170 python3 scripts/bench_throughput.py --device cuda --world-size $w --samples 200 --naive 0 \
                    --out "$OUT/throughput_w$w.json" 2>&1 | tail -8
