@@ -129,7 +129,7 @@ def test_baselines_inside_one_node_and_across_two(two_nodes, tmp_path):
                      "network_gbps": 0.5},
         "cache_dir": str(tmp_path / "cache"),
     })
-    rows = baselines.measure(cfg, load_problems(), ["all_gather", "all_reduce"], tmp_path / "work")
+    rows = list(baselines.measure(cfg, load_problems(), ["all_gather", "all_reduce"], tmp_path / "work"))
     got = {(r["problem_id"], r["nodes"]): r for r in rows}
     assert set(got) == {("all_gather", 1), ("all_gather", 2), ("all_reduce", 1), ("all_reduce", 2)}
     for (pid, nodes), r in got.items():
