@@ -47,6 +47,7 @@ def _us(x: float | None) -> str:
 def render() -> str:
     problems = load_problems()
     hardware = {w: hardware_profile(name) for w, name in PROFILES.items()}
+    hw2 = hardware[2]
     measured = {(r["problem_id"], r["world_size"], r["size"]): r
                 for r in baselines.load(REPO / "baselines", "h200_2") if r.get("ref_time_us") and r["nodes"] == 1}
     lines = [
@@ -57,8 +58,10 @@ def render() -> str:
         f"{len(problems)} problems in {len({p.meta.category for p in problems.values()})} categories. Speed of light"
         " (SOL): the least time the busiest rank needs to move its interconnect bytes, read and write its memory"
         " and compute, at the problem's default size and first dtype, with the bandwidths of `conf/hardware/`"
-        " (NVLink 450 GB/s per direction, HBM 4.8 TB/s, 989 TFLOPS). Reference: the problem's PyTorch + NCCL"
-        " code measured on 2 x H200 by `python -m pkb_ray.baselines` (\"-\": not measured yet).",
+        f" (NVLink {hw2.link_gbps:g} GB/s per direction, HBM {hw2.hbm_gbps / 1000:g} TB/s; dense compute, TFLOPS: "
+        + ", ".join(f"{d} {t:g}" for d, t in hw2.tflops_by_dtype.items())
+        + ", float32 being 3xTF32). Reference: the problem's PyTorch + NCCL code measured on 2 x H200 by"
+        " `python -m pkb_ray.baselines` (\"-\": not measured yet).",
         "",
         "| id | name | category | models | W | default size | SOL us, W=2 | SOL us, W=8 | reference us, 2 x H200 "
         "| reference / SOL |",
