@@ -123,10 +123,8 @@ def rescore(baselines_dir: Path, hardware, problems: dict[str, Problem]) -> Path
     rows = load(baselines_dir, hardware.name)
     for r in rows:
         p = problems[r["problem_id"]]
-        label = r["size"]  # a preset name, or explicit knobs written as "k=v,k=v"
-        knobs = p.size(label)[1] if label in p.meta.sizes else p.size(
-            {k: int(v) for k, v in (kv.split("=") for kv in label.split(","))})[1]
-        r["sol_time_us"] = sol_time_us(p, knobs, r["world_size"], r["dtype"], hardware, nodes=r["nodes"])
+        r["sol_time_us"] = sol_time_us(p, p.knobs_of(r["size"]), r["world_size"], r["dtype"], hardware,
+                                       nodes=r["nodes"])
         r["sol_fraction"] = r["sol_time_us"] / r["ref_time_us"] if r.get("ref_time_us") else None
     return save(baselines_dir, hardware, rows)
 
@@ -136,11 +134,12 @@ def run(cfg: SweepConfig, out_dir: Path) -> Path:
     ids = sorted(check_against_problems(cfg, problems))
     if cfg.hardware.spread:
         start_ray(cfg, cfg.hardware.spread_layouts)  # a cluster without room for them fails now, before any measurement
+    baselines_dir = resolve_path(cfg.baselines_dir)
+    path = path_for(baselines_dir, cfg.hardware.name)
     rows: list[dict[str, Any]] = []
-    path = path_for(resolve_path(cfg.baselines_dir), cfg.hardware.name)
     for row in measure(cfg, problems, ids, out_dir / "work"):
         rows.append(row)
-        path = save(resolve_path(cfg.baselines_dir), cfg.hardware, [row])  # a run cut short keeps what it measured
+        save(baselines_dir, cfg.hardware, [row])  # a run cut short keeps what it measured
     failed = [r for r in rows if r["status"] != Status.CORRECT.value]
     print(f"{len(rows) - len(failed)} baselines -> {path}" + (f"; {len(failed)} failed: " + ", ".join(
         f"{r['problem_id']} {r['layout']} ({r['status']})" for r in failed) if failed else ""), flush=True)

@@ -158,7 +158,7 @@ class Harness:
         self._reapers: list[threading.Thread] = []
         # where load_cuda in a rank finds what the compile stage built (pkb_ray.cuda), and the
         # profile's NCCL settings (network interfaces between nodes, transports)
-        self._cuda_env = {ENV_ARCH: hardware.arch or DEFAULT_ARCH, ENV_CACHE: str(Path(cache_dir) / "cuda"),
+        self._rank_env = {ENV_ARCH: hardware.arch or DEFAULT_ARCH, ENV_CACHE: str(Path(cache_dir) / "cuda"),
                           ENV_TIMEOUT: str(eval_cfg.compile_timeout_s), **hardware.nccl_env,
                           **(hardware.spread_nccl_env if self.nodes > 1 else {})}
         self.versions = {"torch": torch.__version__, "python": platform.python_version(),
@@ -172,7 +172,7 @@ class Harness:
         # the ranks' own collective timeout is a backstop: the parent kills a step at timeout_s first,
         # so a hang is reported as a timeout, not as the crash NCCL's watchdog would make of it
         return self._launcher(backend=self.hardware.backend, job_dir=job_dir, pg_timeout_s=self.cfg.timeout_s + 15.0,
-                              num_threads=threads, multicast=self.hardware.nvlink_multicast, env=self._cuda_env)
+                              num_threads=threads, multicast=self.hardware.nvlink_multicast, env=self._rank_env)
 
     def _clean_ranks(self, job_dir: Path) -> RankSet:
         """Ranks for reference outputs: a prewarmed set if one is there (it has imported no

@@ -35,6 +35,8 @@ from typing import Any, Callable
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from pkb_ray.config import HardwareConfig
+
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "float16": torch.float16,
@@ -198,6 +200,12 @@ class Problem:
         knobs = dict(self.meta.sizes["default"], **preset_or_params)
         return ",".join(f"{k}={v}" for k, v in sorted(knobs.items())), knobs
 
+    def knobs_of(self, label: str) -> dict[str, int]:
+        """The knobs behind a label that :meth:`size` gave (a preset name, or ``k=v,k=v``)."""
+        if label in self.meta.sizes:
+            return dict(self.meta.sizes[label])
+        return self.size({k: int(v) for k, v in (kv.split("=") for kv in label.split(","))})[1]
+
     def tolerance(self, dtype: str) -> Tolerance:
         return self.meta.tolerances[dtype]
 
@@ -272,11 +280,10 @@ def solution_time_lower_bound(traffic: Traffic, *, link_gbps: float, hbm_gbps: f
     )
 
 
-def sol_time_us(problem: Problem, knobs: dict[str, int], world_size: int, dtype: str, hardware: Any,
+def sol_time_us(problem: Problem, knobs: dict[str, int], world_size: int, dtype: str, hardware: HardwareConfig,
                 nodes: int = 1) -> float:
-    """The speed-of-light time of ``problem`` at ``knobs`` in microseconds, with the bandwidths of a
-    hardware profile (anything with ``link_gbps``, ``hbm_gbps`` and ``tflops``; the compute peak is
-    its ``peak_tflops(dtype)`` where it has one).
+    """The speed-of-light time of ``problem`` at ``knobs`` in microseconds, with the bandwidths and
+    the compute peak for ``dtype`` of a hardware profile.
 
     Over ``nodes`` > 1 (W/nodes ranks per node), the share of a rank's traffic that goes to peers on
     other nodes, (W - W/nodes) / (W - 1) if it spreads evenly over its peers, also has to cross the
@@ -284,8 +291,7 @@ def sol_time_us(problem: Problem, knobs: dict[str, int], world_size: int, dtype:
     """
     traffic = problem.speed_of_light(knobs, world_size, DTYPES[dtype])
     seconds = solution_time_lower_bound(traffic, link_gbps=hardware.link_gbps, hbm_gbps=hardware.hbm_gbps,
-                                        tflops=hardware.peak_tflops(dtype) if hasattr(hardware, "peak_tflops")
-                                        else hardware.tflops)
+                                        tflops=hardware.peak_tflops(dtype))
     if nodes > 1 and world_size > 1:
         leaving = (world_size - world_size // nodes) / (world_size - 1)
         seconds = max(seconds, traffic.interconnect_bytes * leaving / (hardware.network_gbps * 1e9))

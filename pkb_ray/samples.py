@@ -97,17 +97,17 @@ def read_results(out_dir: str | Path):
         import pandas as pd
 
         return pd.DataFrame()
-    # the current schema: files written before a column existed read it as null
-    return ds.dataset(files, format="parquet", schema=RESULT_SCHEMA).to_table().to_pandas()
+    # the current schema: files written before a column existed read it as null; before `nodes`
+    # existed, every gang was on one node
+    df = ds.dataset(files, format="parquet", schema=RESULT_SCHEMA).to_table().to_pandas()
+    return df.assign(nodes=df["nodes"].fillna(1).astype(int))
 
 
 def newest(df):
-    """One row per evaluation (sample, world size, nodes, hardware): the newest. A resumed run
-    evaluates evaluator faults again, and one folder may be read twice. Rows written before the
-    ``nodes`` column existed ran on one node."""
+    """One row per evaluation (sample, world size, nodes, hardware) of :func:`read_results`: the
+    newest. A resumed run evaluates evaluator faults again, and one folder may be read twice."""
     if df.empty:
         return df
-    df = df.assign(nodes=df["nodes"].fillna(1).astype(int)) if "nodes" in df else df.assign(nodes=1)
     return df.sort_values("finished_at").drop_duplicates(["sample_key", "world_size", "nodes", "hardware"],
                                                          keep="last")
 
@@ -118,8 +118,7 @@ def finished(out_dir: str | Path) -> set[tuple[str, int, int]]:
     if df.empty:
         return set()
     keep = [is_final(st, msg) for st, msg in zip(df["status"], df["message"])]
-    nodes = df["nodes"].fillna(1).astype(int)
-    return set(zip(df["sample_key"][keep], df["world_size"][keep].astype(int), nodes[keep]))
+    return set(zip(df["sample_key"][keep], df["world_size"][keep].astype(int), df["nodes"][keep]))
 
 
 def _safe(name: str) -> str:
