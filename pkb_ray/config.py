@@ -88,7 +88,8 @@ class ToleranceOverride(_Strict):
 
 class EvalConfig(_Strict):
     trials: int = Field(3, ge=1, description="correctness trials, each on fresh random inputs")
-    timing_sets: int = Field(3, ge=1, description="input sets rotated through the timed iterations")
+    timing_sets: int = Field(3, ge=1, description="calls of each side in the calibration region that sets the "
+                                                  "calls per round (every timed call gets inputs of its own)")
     warmup: int = Field(3, ge=0, description="untimed calls of each side before timing")
     rounds: int = Field(20, ge=1, description="timed rounds per side (reference and candidate interleaved)")
     round_us: float = Field(2000.0, gt=0, description="target length of one round; sets its back-to-back calls")
@@ -101,6 +102,12 @@ class EvalConfig(_Strict):
                                                             "large), or knob values, e.g. {numel: 65536}")
     dtype: str | None = Field(None, description="None: each problem's first dtype")
     seed: int = Field(0, ge=0)
+    isolation: Literal["sandbox", "none"] = Field(
+        "sandbox", description="sandbox: each sample's ranks share a bubblewrap sandbox (no credentials, read-only "
+                               "files, private scratch, own PID namespace, limits); none: plain processes, for "
+                               "debugging only. The run fails at start when the level cannot be had")
+    spot_checks: int = Field(8, ge=1, description="timed regions per side whose output (one call, picked at random "
+                                                  "after the region) a clean rank set recomputes and compares")
     prewarm: int = Field(1, ge=0, le=8, description="rank sets started ahead while samples run (0: none)")
     quiet_timing: bool = Field(True, description="never start a rank set while a sample is timed; prewarmed sets "
                                                  "then start in batches (see Harness.prewarm)")

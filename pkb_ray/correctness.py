@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 POISON_FLOAT = float("nan")
-POISON_INT = -0x5A5A5A5A  # unlikely in any reference output; ints have no NaN
+POISON_BYTE = 0x5A  # integers have no NaN: every byte of an unwritten element reads 0x5A
 
 
 @dataclass(frozen=True)
@@ -93,8 +93,8 @@ def _compare_tensors(expected: torch.Tensor, actual: torch.Tensor, atol: float, 
     return Mismatch(where, detail, max_err)
 
 
-def poison_like(expected: Any, device: torch.device) -> list[torch.Tensor]:
-    """Tensors the size of each expected output, filled with poison.
+def poison_like(structure_: list[list], device: torch.device) -> list[torch.Tensor]:
+    """Tensors the size of each expected output (given as :func:`structure`), filled with poison.
 
     Allocated and freed just before a candidate call so that the caching allocator hands the
     poisoned blocks to the candidate's ``torch.empty``: an element it never writes then reads
@@ -102,9 +102,15 @@ def poison_like(expected: Any, device: torch.device) -> list[torch.Tensor]:
     best effort (large allocations come back from the OS zeroed, which fails the check as well).
     """
     out = []
-    for t in _tensors(expected):
-        buf = torch.empty(t.shape, dtype=t.dtype, device=device)
-        buf.fill_(POISON_FLOAT if t.is_floating_point() else POISON_INT)
+    for shape, dtype_name in structure_:
+        dtype = getattr(torch, dtype_name)
+        buf = torch.empty(shape, dtype=dtype, device=device)
+        if buf.is_floating_point() or buf.is_complex():
+            buf.fill_(POISON_FLOAT)
+        elif dtype == torch.bool:
+            buf.fill_(True)
+        elif buf.numel():
+            buf.view(torch.uint8).fill_(POISON_BYTE)  # 0x5A5A5A5A in an int32: unlikely in any reference output
         out.append(buf)
     return out
 
@@ -126,3 +132,76 @@ def to_cpu(value: Any) -> Any:
     if isinstance(value, list):
         return [to_cpu(v) for v in value]
     return value
+
+
+def fingerprint(value: Any) -> list[str]:
+    """A commitment to an output, one entry per tensor: dtype, shape and an exact integer sum of
+    its bytes (integer addition on the device is order-independent, so a clean process that
+    recomputes it on the same bytes gets the same number). A rank commits to the outputs of a
+    timed region before it learns which one it must hand over; the parent then checks that the
+    handed-over output is the committed one. Not a cryptographic hash: it only has to make a
+    *correct* output that matches a commitment to a wrong one as costly as computing it."""
+    return fingerprints([value])[0]
+
+
+def fingerprints(values: list[Any]) -> list[list[str]]:
+    """:func:`fingerprint` of each value, with one device-to-host transfer for all of them."""
+    sums, labels = [], []
+    for value in values:
+        labels.append([])
+        for t in _tensors(value):
+            labels[-1].append(f"{str(t.dtype).removeprefix('torch.')}:{tuple(t.shape)}")
+            sums.append(_byte_sum(t))
+    totals = torch.stack(sums).tolist() if sums else []
+    it = iter(totals)
+    return [[f"{label}:{next(it)}" for label in group] for group in labels]
+
+
+def _byte_sum(t: torch.Tensor) -> torch.Tensor:
+    flat = t.detach().contiguous().reshape(-1)
+    if flat.dtype == torch.bool:
+        flat = flat.view(torch.uint8)
+    elif flat.is_complex():
+        flat = torch.view_as_real(flat).reshape(-1)
+    raw = flat.view(torch.uint8)
+    if raw.numel() == 0:
+        return torch.zeros((), dtype=torch.int64, device="cpu")
+    for word in (torch.int64, torch.int32, torch.int16):
+        if raw.numel() % word.itemsize == 0 and flat.element_size() >= word.itemsize:
+            raw = raw.view(word)
+            break
+    return raw.to(torch.int64).sum().cpu()
+
+
+def output_devices(value: Any) -> list[str]:
+    """The device of each output tensor, in order (outputs must live where the inputs do)."""
+    return [str(t.device) for t in _tensors(value)]
+
+
+def aliases(outputs: Any, inputs: Any, earlier: list[Any] = ()) -> list[str]:
+    """Which output tensors share memory with an input or with an earlier call's output.
+
+    Compared by storage address, the same way on CPU and GPU. Whether sharing with an input is
+    allowed is the reference's call (an in-place reference returns its input); sharing with an
+    earlier output is never right: that output then changes under the caller's feet."""
+    def spans(value):
+        return [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in _tensors(value)
+                if t.untyped_storage().nbytes() > 0]
+
+    def overlaps(span, others):
+        start, size = span
+        return any(start < o_start + o_size and o_start < start + size for o_start, o_size in others)
+
+    found = []
+    ins, olds = spans(inputs), [s for e in earlier for s in spans(e)]
+    for i, span in enumerate(spans(outputs)):
+        if overlaps(span, ins):
+            found.append(f"output {i} shares memory with an input")
+        elif overlaps(span, olds):
+            found.append(f"output {i} shares memory with an earlier call's output")
+    return found
+
+
+def structure(value: Any) -> list[list]:
+    """[shape, dtype] of each output tensor: what poisoning needs, without the values."""
+    return [[list(t.shape), str(t.dtype).removeprefix("torch.")] for t in _tensors(value)]

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from pkb_ray import sandbox
+
 BUILD_VERSION = 2  # bump when the build command changes: old cache entries are then ignored
 DEFAULT_ARCH = "sm_90a"
 ENV_ARCH, ENV_CACHE, ENV_TIMEOUT = "PKB_CUDA_ARCH", "PKB_CUDA_CACHE", "PKB_CUDA_BUILD_TIMEOUT"
@@ -88,20 +90,37 @@ class BuildSpec:
                 f"-I{INCLUDE_DIR}", *self.flags, "-o", str(out), str(src)]
 
 
-def build(spec: BuildSpec, cache_dir: Path, timeout_s: float = 300.0) -> Path:
-    """The library for ``spec``: from the cache, else built now (atomically, race-safe)."""
+def build(spec: BuildSpec, cache_dir: Path, timeout_s: float = 300.0,
+          isolation: sandbox.Isolation = sandbox.Isolation.NONE, hide: Sequence[Path] = ()) -> Path:
+    """The library for ``spec``: from the cache, else built now (atomically, race-safe).
+
+    ``isolation``: nvcc runs in a sandbox (the source is a candidate's: an ``#include`` of a secret
+    would put it in the error message) that hides ``hide`` and the secrets under HOME. In a rank,
+    whose sandbox makes the shared cache read-only, a source the compile stage did not build is
+    built into the rank's own scratch instead.
+    """
     final = Path(cache_dir) / spec.key()
     lib = final / "lib.so"
     if lib.exists():
         return lib
-    final.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="build-", dir=final.parent))
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix="build-", dir=final.parent))
+    except OSError:
+        private = Path(tempfile.gettempdir()) / "pkb_ray_cuda"
+        if Path(cache_dir) == private:
+            raise
+        return build(spec, private, timeout_s, isolation, hide)
     try:
         src = work / "kernel.cu"
         src.write_text(spec.source)
+        probe = sandbox.probe(isolation)
+        policy = sandbox.Policy(writable=[work], hide=[*sandbox.default_hidden(), *hide])
+        cmd = sandbox.command(spec.command(src, work / "lib.so"), policy, probe, cwd_in_sandbox=str(work))
         try:
-            done = subprocess.run(spec.command(src, work / "lib.so"), capture_output=True, text=True,
-                                  timeout=timeout_s, cwd=work)
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=work,
+                                  env=sandbox.child_env(os.environ, {}, probe.level),
+                                  preexec_fn=sandbox.preexec(policy, probe))
         except subprocess.TimeoutExpired:
             raise CudaBuildError(f"nvcc did not finish within {timeout_s:.0f} s") from None
         except OSError as exc:

@@ -32,6 +32,7 @@ from pkb_ray.placement import Layout, fits, no_room
 from pkb_ray.problem import load_problems
 from pkb_ray.ranks import MULTICAST_OFF
 from pkb_ray.schema import Result, Sample, Status
+from pkb_ray.selection import private_paths
 from pkb_ray.spread import RankHost, SpreadLauncher
 
 NOSET_CUDA = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
@@ -93,7 +94,7 @@ class Gang:
         launcher = SpreadLauncher(parts, store_host=ray.util.get_node_ip_address()) if self.hosts else None
         self.harness = Harness([d for _, ds in parts for d in ds], self.cfg.eval, hw,
                                load_problems(self.cfg.problems_dir), work_dir=self.cfg.cache_path / "work" / name,
-                               cache_dir=self.cfg.cache_path, launcher=launcher)
+                               cache_dir=self.cfg.cache_path, launcher=launcher, private=private_paths(self.cfg))
         self.harness.prewarm()  # the first sample's rank processes start while the pool fills up
 
     def info(self) -> dict[str, Any]:

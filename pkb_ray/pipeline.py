@@ -26,6 +26,7 @@ from pkb_ray.placement import Layout
 from pkb_ray.problem import Problem, load_problems
 from pkb_ray.samples import finished, write_results
 from pkb_ray.schema import Result, Sample
+from pkb_ray.selection import private_paths
 from pkb_ray.stages.compile import BuildSettings, apply_build, build_settings, build_sources, compile_sample, uses_cuda
 from pkb_ray.stages.evaluate import GangPool, TaskFeed
 from pkb_ray.stages.validate import validate
@@ -141,7 +142,8 @@ class BuildCuda:
 
 def sample_stream(rows: list[dict[str, Any]], cfg: SweepConfig, problems_dir: str | None, done: set):
     """The Ray Data pipeline up to evaluation: rows -> validate/compile -> CUDA builds, streamed."""
-    settings = build_settings(cfg.hardware.arch, cfg.cache_path, cfg.eval.compile_timeout_s)
+    settings = build_settings(cfg.hardware.arch, cfg.cache_path, cfg.eval.compile_timeout_s, cfg.eval.isolation,
+                              private_paths(cfg))
     workers = cfg.eval.compile_workers or min(16, max(1, int(ray.cluster_resources().get("CPU", 1))))
     ds = ray.data.from_items([{"row": json.dumps(r, default=str)} for r in rows])
     ds = ds.flat_map(expand_row, fn_kwargs={"cfg": cfg.model_dump(mode="json"), "problems_dir": problems_dir,

@@ -2,17 +2,16 @@
 
 The parent (a gang) owns the rendezvous: it holds the master ``TCPStore`` on a port the OS
 picks, and each rank set uses its own key prefix, so neighbouring or respawned sets never
-collide. Every rank runs in its own process session, so killing it also kills whatever the
-candidate spawned. Nothing here imports candidate code.
-
-What this does not protect against: a candidate runs as the same user as the evaluator, so it
-can read the job directory, write files, use the network and the GPUs of the node. It is
-isolated from other samples (fresh processes) and bounded in time, not sandboxed.
+collide. The W ranks share one sandbox (:mod:`pkb_ray.sandbox`, level ``eval.isolation``): a
+launcher (:mod:`pkb_ray.runner.launch`) starts them inside it, each with its own command pipe,
+and killing the sandbox kills whatever the candidate spawned, however it detached. Nothing here
+imports candidate code. The sandbox's docstring says what it does not protect against.
 """
 
 from __future__ import annotations
 
 import ctypes
+import itertools
 import json
 import os
 import signal
@@ -26,7 +25,9 @@ from typing import Any
 
 import torch.distributed as dist
 
+from pkb_ray import sandbox
 from pkb_ray.runner import protocol
+from pkb_ray.runner.launch import read_exit
 
 ERROR_GRACE_S = 2.0  # after one rank fails, how long the others get to report before being killed
 POLL_S = 0.02
@@ -55,26 +56,28 @@ MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
 
 
 def child_env(extra: dict[str, str] | None = None, num_threads: int = 1, *, multicast: bool = True,
-              collective_timeout_s: float = 600.0) -> dict[str, str]:
-    """Environment of a rank: ours (multicast switches included) plus NCCL settings that fail fast.
+              collective_timeout_s: float = 600.0, isolation: sandbox.Isolation = sandbox.Isolation.NONE) -> dict[str, str]:
+    """Environment of a rank: an allowlist of ours (no credentials, whatever the isolation level;
+    the multicast switches included) plus NCCL settings that fail fast.
 
     NCCL's defaults would let a rank stuck in a collective hang for 10-30 minutes. The parent kills
     a step at its deadline anyway; these make the rank itself give up soon after, should the
     parent be unable to (``collective_timeout_s`` is also the process group's timeout).
     """
-    env = dict(os.environ)
     root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # a failed or timed-out collective ends the process
-    env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "0")  # no flight-recorder dump on the way down
-    env.setdefault("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", str(int(collective_timeout_s)))  # a stuck watchdog too
-    env.setdefault("OMP_NUM_THREADS", str(num_threads))
-    env["PYTHONUNBUFFERED"] = "1"
+    ours = {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
+            "PYTHONUNBUFFERED": "1"}
+    defaults = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",  # a failed or timed-out collective ends the process
+                "TORCH_NCCL_DUMP_ON_TIMEOUT": "0",  # no flight-recorder dump on the way down
+                "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(int(collective_timeout_s)),  # a stuck watchdog too
+                "OMP_NUM_THREADS": str(num_threads)}
+    ours.update({k: v for k, v in defaults.items() if k not in os.environ})
+    if not multicast:
+        ours.update(MULTICAST_OFF)
+    ours.update(extra or {})
+    env = sandbox.child_env(os.environ, ours, isolation)
     env.pop("RANK", None)  # a candidate must not see a launcher's variables that contradict ours
     env.pop("LOCAL_RANK", None)
-    if not multicast:
-        env.update(MULTICAST_OFF)
-    env.update(extra or {})
     return env
 
 
@@ -100,12 +103,21 @@ def wait_for(step: str, ranks: list[int], collect, phases, deadline: float, sinc
     return out
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGKILL when the parent dies (a killed gang leaks no rank)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    except OSError:
-        pass  # not Linux: ranks still leave when their command pipe closes
+@dataclass(frozen=True)
+class Isolation:
+    """How a rank set is isolated: the probed level (see :func:`pkb_ray.sandbox.probe`), the host
+    paths its ranks must not see, those bound back read-only inside them, and the limits. Plain
+    data, so that a spread gang can send it to the other nodes' hosts."""
+
+    level: str = sandbox.Isolation.NONE.value
+    hide: tuple[str, ...] = ()
+    readable: tuple[str, ...] = ()
+    writable: tuple[str, ...] = ()  # besides the rank set's own job folder
+    gpu: bool = False
+
+    def policy(self, job_dir: Path) -> sandbox.Policy:
+        return sandbox.Policy(writable=[job_dir, *map(Path, self.writable)], hide=[Path(p) for p in self.hide],
+                              readable=[Path(p) for p in self.readable], gpu=self.gpu)
 
 
 class RankSet:
@@ -126,6 +138,7 @@ class RankSet:
         world_size: int | None = None,
         store_addr: str | None = None,
         prefix: str | None = None,
+        isolation: Isolation = Isolation(),
     ):
         self.world_size = world_size or len(devices)
         self.ranks = list(range(first_rank, first_rank + len(devices)))
@@ -133,70 +146,93 @@ class RankSet:
         self.job_dir.mkdir(parents=True, exist_ok=True)
         self.backend = backend
         self._store = None
+        self._tags = itertools.count()
         if store_addr is None:  # the whole group is here: hold the rendezvous ourselves
             self._store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False, use_libuv=True)
             store_addr = f"127.0.0.1:{self._store.port}"
         prefix = prefix or uuid.uuid4().hex
-        self.procs: list[subprocess.Popen] = []
-        child = child_env(env, num_threads, multicast=multicast, collective_timeout_s=pg_timeout_s)
-        for rank, device in zip(self.ranks, devices):
-            log = open(self.job_dir / f"rank{rank}.log", "wb")
-            cmd = [
-                sys.executable, "-m", "pkb_ray.runner.rank",
-                "--rank", str(rank), "--world-size", str(self.world_size),
-                "--store", store_addr, "--prefix", prefix,
-                "--backend", backend, "--device", device, "--job-dir", str(self.job_dir),
-                "--pg-timeout", str(pg_timeout_s), "--num-threads", str(num_threads),
-            ]
-            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                    env=child, cwd=self.job_dir, start_new_session=True,
-                                    preexec_fn=_die_with_parent)
-            log.close()
-            self.procs.append(proc)
+        level = sandbox.Isolation(isolation.level)
+        probe = sandbox.probe(level)
+        child = child_env(env, num_threads, multicast=multicast, collective_timeout_s=pg_timeout_s, isolation=level)
+        rank_argv = [sys.executable, "-m", "pkb_ray.runner.rank", "--world-size", str(self.world_size),
+                     "--store", store_addr, "--prefix", prefix, "--backend", backend, "--job-dir", str(self.job_dir),
+                     "--pg-timeout", str(pg_timeout_s), "--num-threads", str(num_threads)]
+        reads, self._pipes = [], []
+        for _ in self.ranks:
+            r, w = os.pipe()
+            reads.append(r)
+            self._pipes.append(os.fdopen(w, "wb"))
+        spec = {"job_dir": str(self.job_dir), "argv": rank_argv, "ranks": self.ranks, "fds": reads,
+                "devices": {str(r): d for r, d in zip(self.ranks, devices)}}
+        argv = sandbox.command([sys.executable, "-m", "pkb_ray.runner.launch", json.dumps(spec)],
+                               isolation.policy(self.job_dir), probe)
+        limits = sandbox.preexec(isolation.policy(self.job_dir), probe)
+
+        def preexec() -> None:
+            _die_with_parent()
+            limits()
+
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=open(self.job_dir / "launch.log", "wb"),
+                                     stderr=subprocess.STDOUT, env=child,
+                                     cwd=self.job_dir if probe.level is sandbox.Isolation.NONE else None,
+                                     start_new_session=True, pass_fds=reads, preexec_fn=preexec)
+        for r in reads:
+            os.close(r)
+        self.isolation = probe.describe()
         self.started_at = time.monotonic()
         self.closed = False
 
     @property
     def pids(self) -> list[int]:
-        return [p.pid for p in self.procs]
+        return [self.proc.pid]
 
     def wait_ready(self, timeout_s: float) -> StepOutcome:
         return self.wait("ready", time.monotonic() + timeout_s, since=self.started_at)
 
     def send(self, cmd: dict[str, Any]) -> None:
         line = (json.dumps(cmd) + "\n").encode()
-        for proc in self.procs:
+        for pipe in self._pipes:
             try:
-                proc.stdin.write(line)
-                proc.stdin.flush()
-            except (BrokenPipeError, OSError):
+                pipe.write(line)
+                pipe.flush()
+            except (BrokenPipeError, OSError, ValueError):
                 pass  # a dead rank: the wait that follows reports it
 
-    def run(self, cmd: dict[str, Any], timeout_s: float) -> StepOutcome:
-        started = time.monotonic()
-        self.send(cmd)
-        return self.wait(cmd["step"], started + timeout_s, since=started)
+    def tag(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """``cmd`` with a tag of its own: its reports never meet an earlier step's."""
+        return {**cmd, "tag": f"{cmd['step']}.{next(self._tags)}"}
 
-    def collect(self, step: str, out: StepOutcome) -> None:
+    def run(self, cmd: dict[str, Any], timeout_s: float, poll_s: float = POLL_S) -> StepOutcome:
+        started = time.monotonic()
+        cmd = self.tag(cmd)
+        self.send(cmd)
+        return self.wait(cmd["tag"], started + timeout_s, since=started, poll_s=poll_s)
+
+    def collect(self, tag: str, out: StepOutcome) -> None:
         """One look at each rank not yet accounted for in ``out``: its report, or its death."""
-        for rank, proc in zip(self.ranks, self.procs):
+        gone = self.proc.poll() is not None
+        for rank in self.ranks:
             if rank in out.reports or rank in out.dead:
                 continue
-            report = protocol.read_report(self.job_dir, rank, step)
+            report = protocol.read_report(self.job_dir, rank, tag)
             if report is not None:
                 out.reports[rank] = report
-            elif proc.poll() is not None:
-                report = protocol.read_report(self.job_dir, rank, step)  # may have landed just now
+                continue
+            code = read_exit(self.job_dir, rank)
+            if code is None and gone:
+                code = self.proc.returncode if self.proc.returncode else -signal.SIGKILL
+            if code is not None:
+                report = protocol.read_report(self.job_dir, rank, tag)  # may have landed just now
                 if report is not None:
                     out.reports[rank] = report
                 else:
-                    out.dead[rank] = proc.returncode
+                    out.dead[rank] = code
 
     def phases(self) -> dict[int, str]:
         return {r: protocol.read_phase(self.job_dir, r) for r in self.ranks}
 
-    def wait(self, step: str, deadline: float, since: float) -> StepOutcome:
-        return wait_for(step, self.ranks, lambda out: self.collect(step, out), self.phases, deadline, since)
+    def wait(self, tag: str, deadline: float, since: float, poll_s: float = POLL_S) -> StepOutcome:
+        return wait_for(tag, self.ranks, lambda out: self.collect(tag, out), self.phases, deadline, since, poll_s)
 
     def log_tail(self, rank: int, chars: int = LOG_TAIL_CHARS) -> str:
         try:
@@ -206,39 +242,45 @@ class RankSet:
         return data[-chars:].decode(errors="replace").strip()
 
     def close(self, grace_s: float = 1.0) -> None:
-        """Ask the ranks to exit; kill every process session that is still there."""
+        """Ask the ranks to exit; kill the sandbox if it is still there."""
         if self.closed:
             return
         self.closed = True
         self.send({"step": "exit"})
-        deadline = time.monotonic() + grace_s
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
         self.kill()
 
     def kill(self) -> None:
-        """SIGKILL every rank's process session and reap the processes (up to 30 s)."""
+        """SIGKILL the sandbox (and every process in it) and reap it (up to 30 s)."""
         self.signal_kill()
-        for proc in self.procs:
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        for pipe in self._pipes:
             try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
+                pipe.close()
+            except OSError:
                 pass
-            if proc.stdin:
-                try:
-                    proc.stdin.close()
-                except OSError:
-                    pass
         self._store = None  # closes the rendezvous server
 
     def signal_kill(self) -> None:
-        """SIGKILL every rank's process session now, without waiting for them to go."""
+        """SIGKILL the sandbox's process session now, without waiting for it to go. In a sandbox
+        that takes everything inside with it (its PID namespace ends); without one, processes
+        that left the session survive (isolation ``none`` is for debugging)."""
         self.closed = True
-        for proc in self.procs:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the rank and anything it spawned
-            except (ProcessLookupError, PermissionError):
-                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGKILL when the parent dies (a killed gang leaks no rank)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not Linux: ranks still leave when their command pipe closes

@@ -31,7 +31,8 @@ from pkb_ray.schema import Status
 
 STATUS_COLORS = {
     "invalid_sample": "#9e9e9e", "compile_error": "#8d6e63", "import_error": "#ffb74d", "runtime_error": "#ef5350",
-    "timeout": "#ab47bc", "crash": "#212121", "wrong_output": "#ffd54f", "correct": "#43a047",
+    "timeout": "#ab47bc", "crash": "#212121", "wrong_output": "#ffd54f", "tampering": "#d50000",
+    "correct": "#43a047",
 }
 NOTES = {
     "leaderboard": "pass@1: chance that one sample of a problem is correct on every rank, averaged over problems. "
@@ -41,7 +42,8 @@ NOTES = {
                  "samples any problem of the model has, so every point averages the same problems.",
     "speedups": "Reference time / candidate time, correct samples only; each box is one category and model.",
     "failures": "Status of every sample: invalid and compile errors come before any GPU work; timeout and crash "
-                "are hangs and dead ranks; wrong_output ran but disagreed with the reference.",
+                "are hangs and dead ranks; wrong_output ran but disagreed with the reference; tampering was caught "
+                "changing the evaluator or forging its times.",
     "problems": "Best speedup among the model's correct samples of the problem, and that sample's fraction of "
                 "the speed-of-light time (1.0 = at the hardware bound).",
     "nodes": "The same samples on gangs spread over nodes (hardware.spread), beside the same world size inside one "

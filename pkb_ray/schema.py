@@ -29,6 +29,7 @@ class Status(str, Enum):
     TIMEOUT = "timeout"  # some rank did not finish within the deadline (hang, spin, deadlock)
     CRASH = "crash"  # some rank process died without reporting (segfault, os._exit, OOM kill)
     WRONG_OUTPUT = "wrong_output"  # ran, but an output (or an input it must not touch) is wrong
+    TAMPERING = "tampering"  # caught changing the evaluator or forging its times (the evidence is in the message)
     CORRECT = "correct"
 
     def __str__(self) -> str:
@@ -100,6 +101,7 @@ class Result(BaseModel):
     timed_seconds: float | None = None  # of which inside the timing step (warmup and rounds), slowest rank
     calls_per_round: int | None = None  # back-to-back calls in one timed round (see pkb_ray.timing)
     phase_seconds: dict[str, float] = Field(default_factory=dict)  # reference, ready, trials, check, timing, cleanup
+    isolation: str = ""  # how its rank processes were isolated (pkb_ray.sandbox), e.g. "sandbox"
     gang: str = ""  # the gang actor that evaluated it
     duplicate_of: str = ""  # sample_key of the identical sample whose evaluation this row shares
     round: int = 0  # refinement round of the sample: 0 = first answer, r = after r rounds of feedback
@@ -188,6 +190,7 @@ RESULT_SCHEMA = pa.schema(
         ("timed_seconds", pa.float64()),
         ("calls_per_round", pa.int32()),
         ("phase_seconds", pa.map_(pa.string(), pa.float64())),
+        ("isolation", pa.string()),
         ("gang", pa.string()),
         ("duplicate_of", pa.string()),
         ("round", pa.int32()),

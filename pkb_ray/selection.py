@@ -5,6 +5,7 @@ Shared by the entry points (``pkb_ray.sweep``, ``pkb_ray.baselines``).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from pkb_ray.config import ALL_PROBLEMS, ConfigError, HardwareConfig, SweepConfig
@@ -17,6 +18,18 @@ def resolve_path(path: str) -> Path:
     """A relative path is taken from the current folder, else from this checkout's root."""
     p = Path(path).expanduser()
     return p if p.is_absolute() or p.exists() else REPO_ROOT / p
+
+
+def private_paths(cfg: SweepConfig) -> list[Path]:
+    """What no rank process may read or write: the run's outputs (results, generated samples, W&B
+    files) and the sample files. A folder that holds the code or the Python the ranks need (e.g.
+    an output folder of ".") is left visible; its results folder is still hidden."""
+    out = resolve_path(cfg.output_dir).resolve()
+    paths = [out, out / "results", out / "generated", out / "wandb"]
+    paths += [resolve_path(p).resolve() for p in (cfg.results_dir, cfg.generated_dir, cfg.model.samples) if p]
+    needed = [REPO_ROOT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
+    return [p for p in dict.fromkeys(paths)
+            if p.exists() and not any(n == p or n.is_relative_to(p) for n in needed)]
 
 
 def hardware_profile(name: str) -> HardwareConfig:

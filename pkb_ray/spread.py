@@ -28,7 +28,7 @@ from typing import Any
 import ray
 import torch.distributed as dist
 
-from pkb_ray.ranks import POLL_S, RankSet, StepOutcome, wait_for
+from pkb_ray.ranks import POLL_S, Isolation, RankSet, StepOutcome, wait_for
 from pkb_ray.runner.protocol import tensor_file
 
 REMOTE_POLL_S = 0.05  # a remote look costs a Ray call: look a little less often than locally
@@ -71,10 +71,10 @@ class RankHost:
     def send(self, set_id: str, cmd: dict[str, Any]) -> None:
         self.sets[set_id].send(cmd)
 
-    def poll(self, set_id: str, step: str) -> dict[str, Any]:
+    def poll(self, set_id: str, tag: str) -> dict[str, Any]:
         ranks = self.sets[set_id]
-        out = StepOutcome(step)
-        ranks.collect(step, out)
+        out = StepOutcome(tag)
+        ranks.collect(tag, out)
         return {"reports": out.reports, "dead": out.dead, "phases": ranks.phases()}
 
     def fetch(self, set_id: str, rel_paths: list[str]) -> dict[str, bytes]:
@@ -120,7 +120,7 @@ class SpreadRankSet:
 
     def __init__(self, parts: list[tuple[Any, list[str]]], *, store_host: str, backend: str, job_dir: Path,
                  pg_timeout_s: float = 600.0, num_threads: int = 1, multicast: bool = True,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, isolation: Isolation = Isolation()):
         if not parts or parts[0][0] is not None:
             raise ValueError("the first part of a spread rank set must be this node's (host None)")
         self.world_size = sum(len(devices) for _, devices in parts)
@@ -129,7 +129,7 @@ class SpreadRankSet:
         self._store = dist.TCPStore(store_host, 0, None, True, wait_for_workers=False, use_libuv=True)
         addr, prefix = f"{store_host}:{self._store.port}", uuid.uuid4().hex
         options = {"backend": backend, "pg_timeout_s": pg_timeout_s, "num_threads": num_threads,
-                   "multicast": multicast, "env": env}
+                   "multicast": multicast, "env": env, "isolation": isolation}
         self.local = RankSet(parts[0][1], job_dir=job_dir, first_rank=0, world_size=self.world_size,
                              store_addr=addr, prefix=prefix, **options)
         self.remotes: list[_Remote] = []
@@ -150,6 +150,7 @@ class SpreadRankSet:
             self.local.kill()
             raise
         self.started_at = time.monotonic()
+        self.isolation = self.local.isolation
 
     @property
     def ranks(self) -> list[int]:
@@ -162,12 +163,13 @@ class SpreadRankSet:
     def wait_ready(self, timeout_s: float) -> StepOutcome:
         return self.wait("ready", time.monotonic() + timeout_s, since=self.started_at)
 
-    def run(self, cmd: dict[str, Any], timeout_s: float) -> StepOutcome:
+    def run(self, cmd: dict[str, Any], timeout_s: float, poll_s: float = POLL_S) -> StepOutcome:
         started = time.monotonic()
+        cmd = self.local.tag(cmd)
         sends = [r.host.send.remote(r.set_id, self._prepare(r, cmd)) for r in self.remotes]
         self.local.send(cmd)
         ray.get(sends)
-        out = self.wait(cmd["step"], started + timeout_s, since=started)
+        out = self.wait(cmd["tag"], started + timeout_s, since=started)
         if out.ok and "out_dir" in cmd:
             self._bring_back(cmd)
         return out
@@ -188,13 +190,16 @@ class SpreadRankSet:
             mine["problem_path"] = copy(Path(cmd["problem_path"]), "problem/" + Path(cmd["problem_path"]).name)
         if "candidate_path" in cmd:
             mine["candidate_path"] = copy(Path(cmd["candidate_path"]), "candidate.py")
-        if "expected_dir" in cmd:
+        for key in ("expected_dir", "actual_dir"):  # tensor files of its ranks, for the seeds (or picks) named
+            if key not in cmd:
+                continue
+            sub = f"{key.removesuffix('_dir')}-{cmd['tag']}"
             for seed in cmd.get("seeds", []):
                 for rank in remote.ranks:
                     name = tensor_file(Path(""), seed, rank).name
-                    copy(tensor_file(Path(cmd["expected_dir"]), seed, rank), f"expected/{name}")
-            mine["expected_dir"] = f"{remote.job}/expected"
-            dirs.append("expected")
+                    copy(tensor_file(Path(cmd[key]), seed, rank), f"{sub}/{name}")
+            mine[key] = f"{remote.job}/{sub}"
+            dirs.append(sub)
         if "out_dir" in cmd:
             dirs.append(f"out-{cmd['step']}")
             mine["out_dir"] = f"{remote.job}/out-{cmd['step']}"
@@ -214,9 +219,9 @@ class SpreadRankSet:
                 tmp.write_bytes(data)
                 os.replace(tmp, path)
 
-    def _collect(self, step: str, out: StepOutcome, remote_phases: dict[int, str]) -> None:
-        self.local.collect(step, out)
-        polls = ray.get([r.host.poll.remote(r.set_id, step) for r in self.remotes])
+    def _collect(self, tag: str, out: StepOutcome, remote_phases: dict[int, str]) -> None:
+        self.local.collect(tag, out)
+        polls = ray.get([r.host.poll.remote(r.set_id, tag) for r in self.remotes])
         for polled in polls:
             for rank, report in polled["reports"].items():
                 out.reports.setdefault(int(rank), report)
@@ -225,9 +230,9 @@ class SpreadRankSet:
                     out.dead.setdefault(int(rank), code)
             remote_phases.update({int(r): p for r, p in polled["phases"].items()})
 
-    def wait(self, step: str, deadline: float, since: float) -> StepOutcome:
+    def wait(self, tag: str, deadline: float, since: float) -> StepOutcome:
         remote_phases: dict[int, str] = {}
-        return wait_for(step, self.ranks, lambda out: self._collect(step, out, remote_phases),
+        return wait_for(tag, self.ranks, lambda out: self._collect(tag, out, remote_phases),
                         lambda: {**self.local.phases(), **remote_phases}, deadline, since,
                         poll_s=REMOTE_POLL_S if self.remotes else POLL_S)
 

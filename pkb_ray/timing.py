@@ -1,35 +1,43 @@
 """The benchmarking convention, written once.
 
-Reference (A) and candidate (B) are timed in the same rank processes, interleaved:
+Reference (A) and candidate (B) are timed in the same rank processes, interleaved. The parent
+(which never imports a candidate) drives every timed region itself, one command per region:
 
-1. Warmup: ``warmup`` calls of each side, over the rotated input sets. The warmup calls are
-   themselves timed as one region per side; from the slower side's time per call every rank
-   agrees (a max all-reduce) on ``k``, the calls per round: enough back-to-back calls to fill
-   ``round_us`` microseconds, at least 1, at most ``max_round_calls``.
-2. ``rounds`` rounds per side, in the order A B B A A B ... (each side goes first equally often,
-   so neither inherits the other's warm caches more). A round is one timed region: all ranks meet
-   at a barrier, then the side is called ``k`` times back to back over the input sets (rotated,
-   starting one set further each round, so neither side is flattered by inputs left in cache).
-3. The region is timed by the host clock from a device-wide synchronisation to the next one: on
-   GPU the end waits for every stream of the device, so work a candidate hides on side streams is
-   counted; the fixed cost of the synchronisation and of a late rank's arrival is shared by ``k``
-   calls instead of inflating each one (with one call per region, NCCL's ~40 us all-reduce read as
-   100-270 us on 2 x H200). A round's figure is region time / ``k``.
-4. Every output of every timed call is compared with the reference's expected output after the
-   region ends (outside the timed part): a candidate that caches its first answer fails.
-5. Per rank: the median over rounds, with the inter-quartile range as the spread.
-6. A sample's time is its slowest rank's median; speedup = reference time / candidate time.
-
-Problems whose reference mutates its inputs get a fresh copy of the inputs for every call of a
-region, made before the region starts.
+1. Warmup: one untimed region of ``warmup`` calls per side. Then one calibration region of
+   ``timing_sets`` calls per side; from the slower side's time per call (the slowest rank) the
+   parent sets ``k``, the calls per region: enough back-to-back calls to fill ``round_us``
+   microseconds, at least 1, at most ``max_round_calls``.
+2. ``rounds`` regions per side, in the order A B B A A B ... (each side goes first equally often,
+   so neither inherits the other's warm caches more).
+3. Every call of every region gets inputs no call has seen before: the parent sends a fresh random
+   nonce with each region and call n draws its inputs from seed :func:`call_seed` (nonce, n), before
+   the timed part. Memoising by address, by sampled values or by a hash of the inputs gains nothing.
+4. A region: all ranks meet at a barrier, then the side is called ``k`` times back to back; it is
+   timed by the host clock from a device-wide synchronisation to the next one (on GPU the end waits
+   for every stream of the device, so work hidden on side streams is counted). A region's figure
+   is region time / ``k``. The fixed cost of the synchronisation is shared by ``k`` calls.
+5. After the region the rank commits to every output (:func:`pkb_ray.correctness.fingerprint`) in
+   its report. Only then does the parent pick, at random and unknown to the rank beforehand, which
+   regions' outputs are checked and which call of each; the rank hands that output over, and a
+   clean rank set recomputes the reference on the same inputs and compares (``eval.spot_checks``
+   picks per side). A candidate that caches an answer, or returns garbage when it thinks no one
+   looks, fails the picks it cannot predict.
+6. The parent times each region itself too (its clock from sending the command to the last rank's
+   report). A rank's own figure must fit inside that bracket, and the time the bracket holds beyond
+   it (input generation, commitments, messages: the same work on both sides) must be about the same
+   for both sides; a candidate that reports less time than it took shows up as extra unexplained
+   time (see :mod:`pkb_ray.verdict`).
+7. Per rank: the median over regions, with the inter-quartile range as the spread. A sample's time
+   is its slowest rank's median; speedup = reference time / candidate time.
 
 The timer and synchronisation functions are bound at import, before any candidate is imported:
 a candidate that replaces ``time.perf_counter`` or ``torch.cuda.synchronize`` later does not
-change what we measure.
+change what we measure, and one that replaces ours is caught by the parent's bracket.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import statistics
 from time import perf_counter as _perf_counter
@@ -57,6 +65,12 @@ def timed_region(fn: Callable[..., Any], calls: Sequence[Sequence[Any]],
     device_sync(device)
     elapsed = _perf_counter() - t0
     return outputs, elapsed * 1e6 / len(calls)
+
+
+def call_seed(nonce: int, n: int) -> int:
+    """The input seed of call ``n`` of the region with ``nonce``: distinct for every call."""
+    digest = hashlib.blake2b(f"{nonce}:{n}".encode(), digest_size=7).digest()
+    return int.from_bytes(digest, "little")
 
 
 def calls_per_round(slowest_us_per_call: float, round_us: float, max_calls: int) -> int:

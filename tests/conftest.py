@@ -26,12 +26,12 @@ def cache_dir(tmp_path_factory):
 def make_harness(problems, cache_dir, tmp_path):
     made = []
 
-    def make(world_size: int = 2, cache: Path | None = None, **eval_overrides) -> Harness:
+    def make(world_size: int = 2, cache: Path | None = None, private: list[Path] = (), **eval_overrides) -> Harness:
         settings = dict(trials=2, timing_sets=2, warmup=2, rounds=10, max_round_calls=1, timeout_s=20, prewarm=0)
         settings.update(eval_overrides)
         h = Harness(["cpu"] * world_size, EvalConfig(**settings),
                     HardwareConfig(world_sizes=[world_size], gpus_per_node=world_size), problems,
-                    work_dir=tmp_path / f"work{len(made)}", cache_dir=cache or cache_dir)
+                    work_dir=tmp_path / f"work{len(made)}", cache_dir=cache or cache_dir, private=private)
         made.append(h)
         return h
 
@@ -51,8 +51,9 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def rank_processes(under: Path) -> list[int]:
-    """Live rank processes whose command line mentions a path under ``under`` (their job folder)."""
+def rank_processes(under: Path, clean: bool = False) -> list[int]:
+    """Live rank processes whose command line mentions a path under ``under`` (their job folder);
+    the harness's clean rank set (which lives until the harness closes) only if ``clean``."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -61,15 +62,16 @@ def rank_processes(under: Path) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "pkb_ray.runner.rank" in cmdline and str(under) in cmdline and pid_alive(int(entry.name)):
+        if (("pkb_ray.runner.rank" in cmdline or "pkb_ray.runner.launch" in cmdline) and str(under) in cmdline
+                and (clean or "/clean-" not in cmdline) and pid_alive(int(entry.name))):
             found.append(int(entry.name))
     return found
 
 
-def rank_processes_left(under: Path, within_s: float = 10.0) -> list[int]:
+def rank_processes_left(under: Path, within_s: float = 10.0, clean: bool = False) -> list[int]:
     """Rank processes under ``under`` still alive after up to ``within_s`` (rank sets are SIGKILLed
     at once but reaped in the background)."""
     deadline = time.monotonic() + within_s
-    while (left := rank_processes(under)) and time.monotonic() < deadline:
+    while (left := rank_processes(under, clean)) and time.monotonic() < deadline:
         time.sleep(0.1)
     return left

@@ -2,7 +2,7 @@ import math
 
 import torch
 
-from pkb_ray.correctness import compare, poison_like, to_cpu
+from pkb_ray.correctness import aliases, compare, fingerprint, poison_like, structure, to_cpu
 
 
 def test_equal_tensors_agree():
@@ -45,9 +45,26 @@ def test_structure_shape_and_dtype_must_match():
 
 
 def test_poison_matches_expected_outputs():
-    bufs = poison_like((torch.ones(3), [torch.ones(2, dtype=torch.int32)]), torch.device("cpu"))
+    bufs = poison_like(structure((torch.ones(3), [torch.ones(2, dtype=torch.int32)])), torch.device("cpu"))
     assert torch.isnan(bufs[0]).all()
-    assert bufs[1].dtype == torch.int32 and (bufs[1] != 1).all()
+    assert bufs[1].dtype == torch.int32 and (bufs[1] == 0x5A5A5A5A).all()
+
+
+def test_fingerprint_is_exact_and_sees_one_changed_element():
+    x = torch.randn(1001, dtype=torch.bfloat16)
+    assert fingerprint(x) == fingerprint(x.clone())
+    y = x.clone()
+    y[500] += 1
+    assert fingerprint(x) != fingerprint(y)
+    assert fingerprint((x, torch.arange(3))) == fingerprint((x.clone(), torch.arange(3)))
+    assert fingerprint(x.float()) != fingerprint(x)  # dtype is part of it
+
+
+def test_aliasing_is_found_by_storage_on_cpu_as_on_gpu():
+    x, y = torch.zeros(8), torch.zeros(8)
+    assert aliases(y, (x,)) == []
+    assert aliases(x[2:], (x,)) == ["output 0 shares memory with an input"]
+    assert aliases((y,), (x,), earlier=[(y,)]) == ["output 0 shares memory with an earlier call's output"]
 
 
 def test_to_cpu_copies_so_later_writes_do_not_leak():

@@ -71,7 +71,7 @@ def test_gangs_of_two_world_sizes_work_side_by_side_and_survive_hostile_samples(
     assert pool.stats["peak_gangs"] == 2
     # nothing left behind: no gang actor, no rank process (prewarmed ones included)
     assert gang_actors() == []
-    assert rank_processes_left(tmp_path / "cache") == []
+    assert rank_processes_left(tmp_path / "cache", clean=True) == []
 
 
 def test_a_killed_gang_gives_its_sample_a_crash_and_is_restarted(cluster, tmp_path):
@@ -105,7 +105,7 @@ def test_a_killed_gang_gives_its_sample_a_crash_and_is_restarted(cluster, tmp_pa
     assert results[0].status == Status.CRASH and "died" in results[0].message and results[0].gang == victim
     assert [results[i].status for i in (1, 2)] == [Status.CORRECT, Status.CORRECT]
     assert results[1].gang != victim and pool.stats["restarted"] == 1
-    assert rank_processes_left(tmp_path / "cache") == []  # the victim's ranks died with it (PR_SET_PDEATHSIG)
+    assert rank_processes_left(tmp_path / "cache", clean=True) == []  # the victim's ranks died with it (PR_SET_PDEATHSIG)
     assert gang_actors() == []
 
 

@@ -1,7 +1,10 @@
-"""Hostile candidates: each gets the right status and message, and leaves no process behind."""
+"""Hostile candidates: each gets the right status and message, harms nothing, and leaves no process behind.
+
+Every sample here runs in the sandbox (eval.isolation=sandbox, the default), on 2 gloo ranks.
+"""
 
 import os
-import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -9,9 +12,15 @@ import pytest
 from conftest import HOSTILE, pid_alive, rank_processes_left
 from pkb_ray.schema import Sample, Status
 
+BIG = {"numel": 1 << 20}  # ~ms per gloo all-reduce: long enough for the parent's bracket to matter
 
-def _sample(name: str) -> Sample:
-    return Sample(problem_id="all_reduce", model="hostile", sample_index=0, source=(HOSTILE / name).read_text())
+
+def _sample(name: str, index: int = 0) -> Sample:
+    return Sample(problem_id="all_reduce", model="hostile", sample_index=index, source=(HOSTILE / name).read_text())
+
+
+def _copy(problems, index: int = 1) -> Sample:
+    return Sample(problem_id="all_reduce", model="m", sample_index=index, source=problems["all_reduce"].source())
 
 
 @pytest.mark.parametrize(
@@ -22,6 +31,9 @@ def _sample(name: str) -> Sample:
         ("segfaults.py", Status.CRASH, "SIGSEGV"),
         ("hangs_while_timed.py", Status.TIMEOUT, "during timing"),
         ("exits_cleanly.py", Status.RUNTIME_ERROR, "SystemExit"),
+        ("rewrites_check.py", Status.WRONG_OUTPUT, "timed call gave a wrong answer"),
+        ("rewrites_timer.py", Status.TAMPERING, "timed_region"),
+        ("shares_output_buffer.py", Status.WRONG_OUTPUT, "earlier call's output"),
     ],
 )
 def test_hostile_sample_gets_its_status(make_harness, name, status, needle):
@@ -29,7 +41,106 @@ def test_hostile_sample_gets_its_status(make_harness, name, status, needle):
     result = h.evaluate(_sample(name))
     assert result.status == status, result.message
     assert needle in result.message
+    assert result.isolation == "sandbox"
     assert rank_processes_left(h.work_dir) == []
+
+
+def test_forged_report_times_are_caught_by_the_parents_clock(make_harness, problems):
+    h = make_harness(2, size=BIG, rounds=40)
+    honest = h.evaluate(_copy(problems))
+    assert honest.status == Status.CORRECT, honest.message
+    forged = h.evaluate(_sample("forges_reports.py"))
+    assert forged.status == Status.TAMPERING, forged.message
+    assert "times forged" in forged.message
+
+
+@pytest.mark.parametrize("name", ["memo_by_address.py", "memo_by_values.py", "memo_by_hash.py"])
+def test_memoising_gains_nothing(make_harness, name):
+    result = make_harness(2, size=BIG, rounds=20, timeout_s=10).evaluate(_sample(name))
+    # every timed call has inputs no call saw before: no hits. A hit on a reused address answers
+    # stale data on one rank and skips the collective there: a hang, or a wrong answer.
+    assert result.status in (Status.CORRECT, Status.TIMEOUT, Status.WRONG_OUTPUT), result.message
+    if result.status == Status.CORRECT:
+        assert result.speedup < 1.5
+
+
+def test_secrets_never_reach_a_rank(make_harness, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-do-not-leak")
+    monkeypatch.setenv("WANDB_API_KEY", "wandb-do-not-leak")
+    result = make_harness(2).evaluate(_sample("reads_secrets.py"))
+    assert result.status == Status.CORRECT, result.message  # it found nothing to raise
+    assert "do-not-leak" not in result.message
+
+
+def test_cache_tampering_changes_no_verdict(make_harness, problems, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("PKB_TEST_TARGET", str(cache))
+    h = make_harness(2, cache=cache)
+    assert h.evaluate(_copy(problems, 0)).status == Status.CORRECT  # the cache now holds references
+    bad = h.evaluate(_sample("tampers_with_cache.py"))
+    assert bad.status == Status.WRONG_OUTPUT, bad.message
+    assert h.evaluate(_copy(problems, 2)).status == Status.CORRECT
+
+
+def test_tampered_cache_without_sandbox_is_noticed_and_regenerated(make_harness, problems, tmp_path, monkeypatch,
+                                                                   caplog):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("PKB_TEST_TARGET", str(cache))
+    h = make_harness(2, cache=cache, isolation="none")
+    assert h.evaluate(_copy(problems, 0)).status == Status.CORRECT
+    bad = h.evaluate(_sample("tampers_with_cache.py"))  # unsandboxed: it does rewrite the files
+    assert bad.status == Status.WRONG_OUTPUT, bad.message
+    with caplog.at_level("WARNING", logger="pkb_ray.reference_store"):
+        again = h.evaluate(_copy(problems, 2))
+    assert again.status == Status.CORRECT, again.message  # judged against recomputed references
+    assert any("seed" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_results_and_samples_cannot_be_deleted(make_harness, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    (run / "results").mkdir(parents=True)
+    keep = [run / "results/part-0.parquet", run / "samples.jsonl"]
+    for path in keep:
+        path.write_text("precious")
+    monkeypatch.setenv("PKB_TEST_TARGET", str(run))
+    h = make_harness(2, private=[run])
+    assert h.evaluate(_sample("deletes_results.py")).status == Status.CORRECT
+    assert all(path.read_text() == "precious" for path in keep)
+
+
+def test_escaping_children_die_with_the_sample(make_harness):
+    marker = f"pkb-escape-{uuid.uuid4().hex}"
+    os.environ["PKB_TEST_MARKER"] = marker
+    try:
+        h = make_harness(2)
+        result = h.evaluate(_sample("escapes_with_children.py"))
+    finally:
+        del os.environ["PKB_TEST_MARKER"]
+    assert result.status == Status.CORRECT, result.message
+    assert rank_processes_left(h.work_dir) == []
+    assert _processes_with(marker) == []
+
+
+def test_fork_bomb_is_stopped_or_dies_with_the_sample(make_harness, problems, monkeypatch):
+    monkeypatch.setenv("PKB_TEST_FORKS", "300")
+    h = make_harness(2)
+    bombed = h.evaluate(_sample("fork_bomb.py"))
+    if h.probe.caps_processes:  # a cgroup, or a non-root user: the forks fail early
+        assert bombed.status == Status.CORRECT, bombed.message
+    else:  # root without a cgroup v2: nothing caps processes (the run says so at start)
+        assert bombed.status == Status.IMPORT_ERROR and "forked all 300" in bombed.message, bombed.message
+    assert rank_processes_left(h.work_dir) == []  # forked children carry their rank's command line
+    assert h.evaluate(_copy(problems)).status == Status.CORRECT  # the sandbox took all 300 children with it
+
+
+def test_disk_fill_stops_at_the_limit_and_the_next_sample_runs(make_harness, problems, tmp_path):
+    free_before = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    h = make_harness(2)
+    filled = h.evaluate(_sample("fills_disk.py"))
+    assert filled.status == Status.CORRECT, filled.message
+    free_after = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    assert free_before - free_after < 1 << 30  # nothing close to the 8 GiB it tried
+    assert h.evaluate(_copy(problems)).status == Status.CORRECT
 
 
 def test_patched_timer_does_not_fool_the_timer(make_harness):
@@ -46,28 +157,43 @@ def test_leftover_thread_does_not_keep_ranks_alive(make_harness):
     assert rank_processes_left(h.work_dir) == []
 
 
-def test_hang_is_killed_with_the_children_it_spawned(make_harness, tmp_path, monkeypatch):
-    pidfile = tmp_path / "child"
-    monkeypatch.setenv("PKB_TEST_PIDFILE", str(pidfile))
-    h = make_harness(2, timeout_s=4)
-    result = h.evaluate(_sample("spawns_child_and_hangs.py"))
+def test_hang_is_killed_with_the_children_it_spawned(make_harness):
+    marker = f"pkb-hang-{uuid.uuid4().hex}"
+    os.environ["PKB_TEST_MARKER"] = marker
+    try:
+        h = make_harness(2, timeout_s=4)
+        result = h.evaluate(_sample("spawns_child_and_hangs.py"))
+    finally:
+        del os.environ["PKB_TEST_MARKER"]
     assert result.status == Status.TIMEOUT
     assert "trial seed=" in result.message  # where each rank was stuck
-    children = [int(p.read_text()) for p in tmp_path.glob("child.*")]
-    assert len(children) == 2
-    assert rank_processes_left(h.work_dir) == []  # waits for the (background) reaping
-    # the children got SIGKILL with their rank's process session; a busy machine may take a moment
-    # to run them to their end, so give them as long as the ranks get
-    deadline = time.monotonic() + 10
-    while any(pid_alive(pid) for pid in children) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(pid_alive(pid) for pid in children)
+    assert rank_processes_left(h.work_dir) == []
+    assert _processes_with(marker) == []
 
 
 def test_next_sample_after_a_hang_is_evaluated_normally(make_harness, problems):
     h = make_harness(2, timeout_s=4, prewarm=1)
     assert h.evaluate(_sample("hangs_while_timed.py")).status == Status.TIMEOUT
-    ok = h.evaluate(Sample(problem_id="all_reduce", model="m", sample_index=1, source=problems["all_reduce"].source()))
+    ok = h.evaluate(_copy(problems))
     assert ok.status == Status.CORRECT, ok.message
     h.close()
-    assert rank_processes_left(h.work_dir) == []
+    assert rank_processes_left(h.work_dir, clean=True) == []
+
+
+def _processes_with(marker: str, within_s: float = 10.0) -> list[int]:
+    """Live processes whose command line holds ``marker``, after up to ``within_s`` for them to go."""
+    import time
+
+    deadline = time.monotonic() + within_s
+    while True:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if marker.encode() in (entry / "cmdline").read_bytes() and pid_alive(int(entry.name)):
+                        found.append(int(entry.name))
+                except OSError:
+                    pass
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)

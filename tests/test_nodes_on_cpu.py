@@ -74,7 +74,7 @@ def test_a_rank_set_spread_over_two_nodes_judges_samples_like_one_node(two_nodes
                                                                               DIES_ON_LAST_RANK, COPY])]
         harness.close()
         # the harness itself had the host kill every remote rank it started (the hung one too)
-        assert rank_processes_left(Path(where["root"])) == []
+        assert rank_processes_left(Path(where["root"]), clean=True) == []
     finally:
         harness.close()
         ray.get(host.shutdown.remote())
@@ -87,7 +87,7 @@ def test_a_rank_set_spread_over_two_nodes_judges_samples_like_one_node(two_nodes
     assert "rank 1 in 'trial" in results[2].message, results[2].message  # the remote rank's phase, from its host
     assert "rank 1 exited with code 7" in results[3].message and "rank going down on purpose" in results[3].message
     assert results[0].speedup and results[4].speedup
-    assert rank_processes_left(tmp_path / "work") == []
+    assert rank_processes_left(tmp_path / "work", clean=True) == []
 
 
 def test_the_pool_places_spread_gangs_on_distinct_nodes_in_rank_order(two_nodes, tmp_path):
@@ -117,7 +117,7 @@ def test_the_pool_places_spread_gangs_on_distinct_nodes_in_rank_order(two_nodes,
     for result in (results[(0, 2, 2)], results[(2, 2, 4)]):
         nodes = {a.name: a.node_id for a in actors if a.name in (result.gang, f"{result.gang}-host1")}
         assert len(nodes) == 2 and len(set(nodes.values())) == 2, nodes
-    assert rank_processes_left(tmp_path / "cache") == []
+    assert rank_processes_left(tmp_path / "cache", clean=True) == []
 
 
 def test_baselines_inside_one_node_and_across_two(two_nodes, tmp_path):

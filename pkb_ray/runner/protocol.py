@@ -1,7 +1,7 @@
 """The file contract between a rank process and the parent that started it.
 
 The parent sends one JSON line per step on the rank's command pipe. The rank answers each step
-with ``rank<R>.<step>.json`` in the job directory, written to a temporary name and renamed, so
+with ``rank<R>.<tag>.json`` (tag: the step's name, or the command's ``tag``) in the job directory, written to a temporary name and renamed, so
 a report is either absent or complete. Tensors go through ``torch.save`` files named by
 :func:`tensor_file`. ``rank<R>.phase`` holds what the rank is doing now, for timeout messages.
 """
@@ -38,7 +38,11 @@ def read_report(job_dir: Path, rank: int, step: str) -> dict[str, Any] | None:
     path = report_path(job_dir, rank, step)
     if not path.exists():
         return None
-    return json.loads(path.read_text())
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:  # the folder is the rank's: anything can be in it
+        return {"status": "unreadable_report", "message": f"{path.name}: {exc}"}
+    return report if isinstance(report, dict) else {"status": "unreadable_report", "message": f"{path.name}: not an object"}
 
 
 def tensor_file(directory: Path, seed: int, rank: int) -> Path:

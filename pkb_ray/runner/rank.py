@@ -4,15 +4,14 @@ Started by :class:`pkb_ray.ranks.RankSet`, fresh for every sample. It imports to
 process group, sets its device, says it is ready, then obeys steps read one JSON line at a time
 from the command pipe (the stdin it was started with; the candidate gets /dev/null instead):
 
-``reference``  run the reference on the given seeds; save outputs and post-call inputs.
-``trials``     import the candidate, run it on the trial seeds; save outputs and post-call inputs
-               (the parent compares them: the verdict is never computed in this process).
-``timing``     time reference and candidate interleaved (see :mod:`pkb_ray.timing`) and check the
-               output of every timed call, the reference's too (a candidate that patched torch
-               would make the reference's output wrong).
+``reference``, ``check_trials``, ``check_timed``   in a clean set (never a candidate): expected
+               outputs, and the comparisons the verdict rests on.
+``trials``, ``region``, ``keep``   in a candidate's set: run it on the trial seeds, time one region
+               of calls, hand over one output of the last region (see :mod:`pkb_ray.runner.steps`).
 ``exit``       leave.
 
-Every step ends with ``<job_dir>/rank<R>.<step>.json`` written atomically. A step that raises
+Every step ends with ``<job_dir>/rank<R>.<tag>.json`` written atomically (the tag is the step's
+name unless the command gives one: repeated steps such as regions get one each). A step that raises
 reports ``import_error`` or ``runtime_error`` with the traceback; anything worse (a hang, a
 segfault, ``os._exit``) is seen by the parent as a missing report.
 """
@@ -54,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
     dist.barrier()
-    protocol.write_report(job_dir, args.rank, "ready", {"status": "ok", "pid": os.getpid()})
+    protocol.write_report(job_dir, args.rank, "ready", {"status": "ok", "pid": os.getpid(), "device": str(device)})
 
     from pkb_ray.runner.steps import RankSession
 
@@ -70,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             report = {"status": failure.status, "message": failure.message}
         except BaseException:  # noqa: BLE001 - anything the step raised is the step's verdict
             report = {"status": "runtime_error", "message": traceback.format_exc()}
-        protocol.write_report(job_dir, args.rank, step, report)
+        protocol.write_report(job_dir, args.rank, cmd.get("tag", step), report)
     try:
         dist.destroy_process_group()
     except Exception:  # noqa: BLE001 - a broken group is fine to leave behind: we exit

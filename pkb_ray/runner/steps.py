@@ -1,11 +1,25 @@
-"""The steps a rank process runs: reference, trials, timing (see :mod:`pkb_ray.runner.rank`)."""
+"""The steps a rank process runs (see :mod:`pkb_ray.runner.rank`).
+
+Two kinds of rank sets run them, and never the same set both kinds:
+
+- *clean* sets, which never import a candidate: ``reference`` (expected outputs of the trial
+  seeds), ``check_trials`` (compare a candidate's trial outputs with them, on the rank's device)
+  and ``check_timed`` (recompute the reference for the timed calls the parent picked and compare);
+- *candidate* sets: ``trials`` (import the candidate, run it on the trial seeds, save what it
+  returned), ``region`` (one timed region of k calls, see :mod:`pkb_ray.timing`) and ``keep``
+  (hand over the one output of the last region the parent asks for).
+
+Everything a candidate set reports is forgeable (the candidate shares its process); the parent
+treats it so. What a clean set reports is trusted.
+"""
 
 from __future__ import annotations
 
 import gc
+import hashlib
 import importlib.util
+import io
 import sys
-import time
 import traceback
 from pathlib import Path
 from types import ModuleType
@@ -14,12 +28,12 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from pkb_ray.correctness import compare, poison_like, to_cpu
+from pkb_ray import correctness, timing
+from pkb_ray.correctness import aliases, compare, fingerprint, fingerprints, output_devices, poison_like, structure, to_cpu
 from pkb_ray.problem import DTYPES, InputContext, Problem, Tolerance, load_problem
+from pkb_ray.runner import protocol
 from pkb_ray.runner.protocol import StepFailed, set_phase, tensor_file
-from pkb_ray.timing import calls_per_round, round_order, timed_region
-
-MAX_REPORTED_MISMATCHES = 5
+from pkb_ray.timing import call_seed, timed_region
 
 
 def candidate_traceback() -> str:
@@ -42,35 +56,111 @@ def load_candidate(path: str | Path) -> ModuleType:
     return module
 
 
+def _watched() -> dict[str, Any]:
+    """The evaluator's functions a candidate could replace to forge a check or a time. A change is
+    evidence of tampering (a candidate clever enough to restore them is caught by the parent's
+    own checks instead: commitments, clean recomputation, its clock around each region)."""
+    return {"pkb_ray.timing.timed_region": timing.timed_region, "pkb_ray.timing._perf_counter": timing._perf_counter,
+            "pkb_ray.timing.device_sync": timing.device_sync, "pkb_ray.correctness.fingerprint": correctness.fingerprint,
+            "pkb_ray.correctness.to_cpu": correctness.to_cpu, "torch.save": torch.save,
+            "pkb_ray.runner.steps.timed_region": sys.modules[__name__].timed_region,
+            "pkb_ray.runner.steps.fingerprint": sys.modules[__name__].fingerprint,
+            "pkb_ray.runner.steps.fingerprints": sys.modules[__name__].fingerprints,
+            "pkb_ray.correctness.fingerprints": correctness.fingerprints,
+            "pkb_ray.runner.protocol.write_report": protocol.write_report,
+            "RankSession.region": RankSession.region, "RankSession.keep": RankSession.keep,
+            "RankSession.run": RankSession.run}
+
+
 class RankSession:
-    """State of one rank across the steps of one sample."""
+    """State of one rank across the steps of one sample (candidate set) or many (clean set)."""
 
     def __init__(self, rank: int, world_size: int, device: torch.device, job_dir: Path):
         self.rank = rank
         self.world_size = world_size
         self.device = device
         self.job_dir = job_dir
-        self.problem: Problem | None = None
+        self.problems: dict[str, Problem] = {}
         self.candidate: Callable[..., Any] | None = None
+        self._held: list[Any] | None = None  # outputs of the last region, until the parent picks one
+        self._originals = _watched()
 
     def run(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        self.problem = self.problem or load_problem(cmd["problem_path"])
+        path = cmd["problem_path"]
+        self.problem = self.problems.get(path) or self.problems.setdefault(path, load_problem(path))
         self.dtype_name = cmd["dtype"]
         self.size = cmd["size"]
-        step = {"reference": self.reference, "trials": self.trials, "timing": self.timing}[cmd["step"]]
-        return step(cmd)
+        step = {"reference": self.reference, "trials": self.trials, "region": self.region, "keep": self.keep,
+                "check_trials": self.check_trials, "check_timed": self.check_timed}[cmd["step"]]
+        report = step(cmd)
+        if self.candidate is not None:
+            report["tampered"] = [name for name, fn in _watched().items() if fn is not self._originals[name]]
+        return report
 
-    # -- steps ---------------------------------------------------------------------------------
+    # -- clean sets ----------------------------------------------------------------------------
 
     def reference(self, cmd: dict[str, Any]) -> dict[str, Any]:
         out_dir = Path(cmd["out_dir"])
+        shapes, shared = {}, {}
         for seed in cmd["seeds"]:
             self._phase(f"reference seed={seed}")
             inputs = self._inputs(seed)
             out = self.problem.solution(*inputs)
             self._sync()
+            shapes[str(seed)], shared[str(seed)] = structure(out), aliases(out, inputs)
             torch.save({"outputs": to_cpu(out), "inputs_after": to_cpu(inputs)}, tensor_file(out_dir, seed, self.rank))
-        return {"status": "ok"}
+        return {"status": "ok", "structure": shapes, "aliases": shared, "devices": output_devices(out)}
+
+    def check_trials(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Compare the candidate's trial outputs (and inputs after the call) with the reference's."""
+        tol = Tolerance(**cmd["tolerance"], reason="given by the harness")
+        found = []
+        for seed in cmd["seeds"]:
+            self._phase(f"check seed={seed}")
+            expected = self._load_verified(Path(cmd["expected_dir"]), seed, cmd["expected_sha256"])
+            try:
+                actual = torch.load(tensor_file(Path(cmd["actual_dir"]), seed, self.rank), map_location=self.device)
+            except Exception as exc:  # noqa: BLE001 - a missing or unreadable output file
+                found.append(_finding(seed, "output", f"outputs unreadable: {exc}"))
+                continue
+            bad = compare(expected["outputs"], actual.get("outputs"), tol.atol, tol.rtol, "output")
+            if bad is None:
+                bad = compare(expected["inputs_after"], actual.get("inputs_after"), 0.0, 0.0, "input")
+                if bad is not None:
+                    bad = type(bad)(bad.where, "changed by the call (the reference leaves it as it was): " + bad.message)
+            found.append(_finding(seed, bad.where, bad.message, bad.max_abs_error) if bad else _finding(seed))
+        return {"status": "ok", "checks": found}
+
+    def check_timed(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Recompute the reference on the inputs of the timed calls the parent picked (every rank of
+        this set the same picks, in the same order: the reference may be collective) and compare."""
+        tol = Tolerance(**cmd["tolerance"], reason="given by the harness")
+        found = []
+        for pick in cmd["picks"]:
+            self._phase(f"check timed call {pick['id']}")
+            inputs = self._inputs(call_seed(pick["nonce"], pick["index"]))
+            expected = self.problem.solution(*inputs)
+            self._sync()
+            try:
+                actual = torch.load(tensor_file(Path(cmd["actual_dir"]), pick["id"], self.rank),
+                                    map_location=self.device)["outputs"]
+            except Exception as exc:  # noqa: BLE001 - the rank did not hand it over
+                found.append(_finding(pick["id"], "output", f"not handed over: {exc}", kind="missing"))
+                continue
+            committed = pick["commits"].get(str(self.rank))
+            if committed is None:
+                found.append(_finding(pick["id"], "output", "the rank did not commit to its outputs", kind="missing"))
+            elif fingerprint(actual) != committed:
+                found.append(_finding(pick["id"], "output", "the output handed over is not the one the rank "
+                                      "committed to when the region ended (changed after the call returned)",
+                                      kind="commit"))
+            else:
+                bad = compare(expected, actual, tol.atol, tol.rtol, "output")
+                found.append(_finding(pick["id"], bad.where, bad.message, bad.max_abs_error) if bad
+                             else _finding(pick["id"]))
+        return {"status": "ok", "checks": found}
+
+    # -- candidate sets ------------------------------------------------------------------------
 
     def trials(self, cmd: dict[str, Any]) -> dict[str, Any]:
         self._phase("import")
@@ -82,82 +172,66 @@ class RankSession:
         if not callable(solution):
             raise StepFailed("import_error", "the module defines no callable solution(...)")
         self.candidate = solution
-        out_dir, expected_dir = Path(cmd["out_dir"]), Path(cmd["expected_dir"])
+        out_dir = Path(cmd["out_dir"])
+        devices, shared, earlier = {}, {}, []  # earlier outputs stay alive: their memory cannot be reused
         for seed in cmd["seeds"]:
             self._phase(f"trial seed={seed}")
             inputs = self._inputs(seed)
-            expected = torch.load(tensor_file(expected_dir, seed, self.rank))
-            del expected["inputs_after"]
-            poison = poison_like(expected["outputs"], self.device)
+            poison = poison_like(cmd["structure"][str(self.rank)][str(seed)], self.device)
             del poison  # the blocks go back to the allocator, poisoned
             try:
                 out = solution(*inputs)
                 self._sync()
             except BaseException:  # noqa: BLE001
                 raise StepFailed("runtime_error", f"trial seed={seed}:\n{candidate_traceback()}") from None
+            devices[str(seed)], shared[str(seed)] = output_devices(out), aliases(out, inputs, earlier)
+            earlier.append(out)
             torch.save({"outputs": to_cpu(out), "inputs_after": to_cpu(inputs)}, tensor_file(out_dir, seed, self.rank))
-        return {"status": "ok"}
+        return {"status": "ok", "devices": devices, "aliases": shared}
 
-    def timing(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        seeds = cmd["seeds"]
-        t_start = time.monotonic()
-        tol = Tolerance(**cmd["tolerance"], reason="given by the harness") if cmd.get("tolerance") \
-            else self.problem.tolerance(self.dtype_name)
-        sets = [self._inputs(s) for s in seeds]
-        expected = [
-            _to_device(torch.load(tensor_file(Path(cmd["expected_dir"]), s, self.rank))["outputs"], self.device)
-            for s in seeds
-        ]
-        fns = {"ref": self.problem.solution, "cand": self.candidate}
-        self._phase("timing warmup")
-        for side in ("ref", "cand"):
-            self._region(fns[side], sets, cmd["warmup"], 0, side, "warmup")  # JIT, allocator, NCCL channels
-        per_call = {side: self._region(fns[side], sets, len(sets), 0, side, "calibration")[1]
-                    for side in ("ref", "cand")}
-        slowest = torch.tensor([max(per_call.values())], dtype=torch.float64, device=self.device)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # every rank must make the same number of calls
-        k = calls_per_round(float(slowest.item()), cmd["round_us"], cmd["max_round_calls"])
-        times: dict[str, list[float]] = {"ref": [], "cand": []}
-        mismatches: list[dict[str, Any]] = []
-        counts = {"ref": 0, "cand": 0}
-        self._phase("timing")
-        gc.collect()
-        gc.disable()  # a collection inside a round would be charged to whichever side triggered it
+    def region(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """k calls of one side on fresh inputs (from the parent's nonce), timed back to back; then a
+        commitment (fingerprint) to every output, before the parent says which one to hand over."""
+        self._hand_over(cmd)
+        side, k = cmd["side"], cmd["k"]
+        fn = self.problem.solution if side == "ref" else self.candidate
+        self._phase(f"{cmd['what']} ({side})")
+        calls = [self._inputs(call_seed(cmd["nonce"], n)) for n in range(k)]
+        gc.collect(0)  # the young generation only: a full collection costs ~170 ms with torch loaded
+        gc.disable()  # a collection inside a region would be charged to whichever side triggered it
         try:
-            self._rounds(cmd, fns, sets, expected, seeds, tol, k, times, mismatches, counts)
+            dist.barrier()
+            outs, us = timed_region(fn, calls, self.device)
+        except BaseException:  # noqa: BLE001
+            raise StepFailed("runtime_error", f"timed call, {cmd['what']} ({side}):\n{candidate_traceback()}") from None
         finally:
             gc.enable()
-        return {"status": "ok", "ref_us": times["ref"], "cand_us": times["cand"], "calls_per_round": k,
-                "timed_seconds": time.monotonic() - t_start, "mismatches": mismatches, "mismatch_counts": counts}
+        shared = sorted({a for n, out in enumerate(outs) for a in aliases(out, calls[n], outs[:n])})
+        self._held = outs if cmd["hold"] else None
+        return {"status": "ok", "us": us, "commits": fingerprints(outs) if cmd["hold"] else [],
+                "aliases": shared, "devices": output_devices(outs[0])}
 
-    def _rounds(self, cmd, fns, sets, expected, seeds, tol, k, times, mismatches, counts) -> None:
-        for i in range(cmd["rounds"]):
-            for side in round_order(i):
-                first = i * k  # each round starts one step further through the input sets
-                outs, us = self._region(fns[side], sets, k, first, side, f"round {i}")
-                times[side].append(us)
-                for n, out in enumerate(outs):
-                    j = (first + n) % len(sets)
-                    found = compare(expected[j], out, tol.atol, tol.rtol)
-                    if found:
-                        counts[side] += 1
-                        if len(mismatches) < MAX_REPORTED_MISMATCHES:
-                            mismatches.append({"side": side, "iter": i, "seed": seeds[j], "message": str(found),
-                                               "max_abs_error": found.max_abs_error})
-                del outs
+    def keep(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        self._hand_over(cmd)
+        return {"status": "ok"}
 
-    def _region(self, fn, sets, k: int, first: int, side: str, what: str) -> tuple[list[Any], float]:
-        """One timed region of k calls (see :mod:`pkb_ray.timing`), ranks aligned by a barrier first."""
-        calls = [sets[(first + n) % len(sets)] for n in range(max(k, 1))]
-        if self.problem.meta.mutates_inputs:  # the reference changes them: each call gets its own copy
-            calls = [tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args) for args in calls]
-        dist.barrier()
-        try:
-            return timed_region(fn, calls, self.device)
-        except BaseException:  # noqa: BLE001
-            raise StepFailed("runtime_error", f"timed call, {what} ({side}):\n{candidate_traceback()}") from None
+    def _hand_over(self, cmd: dict[str, Any]) -> None:
+        """Save the output of the last region that the parent picked (if it picked one)."""
+        held, self._held = self._held, None
+        if cmd.get("keep_index") is not None and held is not None:
+            torch.save({"outputs": to_cpu(held[cmd["keep_index"]])},
+                       tensor_file(Path(cmd["out_dir"]), cmd["keep_id"], self.rank))
 
     # -- helpers -------------------------------------------------------------------------------
+
+    def _load_verified(self, directory: Path, seed: int, sha256: dict[str, str]) -> dict[str, Any]:
+        """A reference file, read once and checked against the hash the parent read from the
+        store's (MAC-checked) manifest: no verdict against a file changed since."""
+        path = tensor_file(directory, seed, self.rank)
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != sha256.get(path.name):
+            raise StepFailed("reference_changed", f"reference file {path.name} changed since it was verified")
+        return torch.load(io.BytesIO(data), map_location=self.device)
 
     def _inputs(self, seed: int) -> tuple:
         ctx = InputContext(size=self.size, rank=self.rank, world_size=self.world_size,
@@ -172,9 +246,8 @@ class RankSession:
         set_phase(self.job_dir, self.rank, phase)
 
 
-def _to_device(value: Any, device: torch.device) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, (tuple, list)):
-        return type(value)(_to_device(v, device) for v in value)
-    return value
+def _finding(id_: int, where: str = "", message: str = "", max_abs_error: float | None = None,
+             kind: str = "value") -> dict[str, Any]:
+    return {"id": id_, "ok": not message, "where": where, "message": message, "max_abs_error": max_abs_error,
+            "kind": kind if message else ""}
+

@@ -14,11 +14,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import ray
 
 from pkb_ray.cuda import DEFAULT_ARCH, BuildSpec, CudaBuildError, build, find_sources
+from pkb_ray.reference_store import default_key_file
+from pkb_ray.sandbox import Isolation
 from pkb_ray.schema import Result, Sample, Status
 
 
@@ -27,6 +29,8 @@ class BuildSettings:
     arch: str
     cache_dir: Path
     timeout_s: float
+    isolation: str = "none"  # nvcc on a candidate's source runs in a sandbox (see pkb_ray.cuda.build)
+    hide: tuple[str, ...] = ()  # paths nvcc must not see: the run's outputs, samples, reference cache
 
 
 def compile_sample(sample: Sample, world_size: int, category: str = "") -> Sample | Result:
@@ -52,7 +56,8 @@ def build_sources(module_source: str, settings: BuildSettings) -> dict[str, Any]
         spec = BuildSpec(source, settings.arch, flags)
         hits += (settings.cache_dir / spec.key() / "lib.so").exists()
         try:
-            build(spec, settings.cache_dir, settings.timeout_s)
+            build(spec, settings.cache_dir, settings.timeout_s, Isolation(settings.isolation),
+                  [Path(p) for p in settings.hide])
         except CudaBuildError as exc:
             return {"error": f"CUDA source {len(keys) + 1}: {exc}", "seconds": time.monotonic() - t0}
         keys.append(spec.key())
@@ -94,8 +99,10 @@ class CompilePool:
             ray.kill(actor)
 
 
-def build_settings(arch: str | None, cache_dir: Path, timeout_s: float) -> BuildSettings:
-    return BuildSettings(arch or DEFAULT_ARCH, Path(cache_dir) / "cuda", timeout_s)
+def build_settings(arch: str | None, cache_dir: Path, timeout_s: float, isolation: str = "none",
+                   hide: Sequence[Path] = ()) -> BuildSettings:
+    hide = (*map(str, hide), str(Path(cache_dir) / "references"), str(default_key_file().parent))
+    return BuildSettings(arch or DEFAULT_ARCH, Path(cache_dir) / "cuda", timeout_s, isolation, hide)
 
 
 def apply_build(sample: Sample, outcome: dict[str, Any], world_size: int, category: str) -> Sample | Result:

@@ -1,13 +1,13 @@
-# Starts a long-lived child process (its pid goes to $PKB_TEST_PIDFILE) and then blocks forever.
+# Starts a long-lived child process (carrying $PKB_TEST_MARKER on its command line, for the test
+# to look for) and then blocks forever.
 import os
 import subprocess
+import sys
 import time
 
 import torch
 
-_child = subprocess.Popen(["sleep", "300"])
-with open(f"{os.environ['PKB_TEST_PIDFILE']}.{os.getpid()}", "w") as f:
-    f.write(str(_child.pid))
+_child = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep(300)  # {os.environ['PKB_TEST_MARKER']}"])
 
 
 def solution(x: torch.Tensor) -> torch.Tensor:

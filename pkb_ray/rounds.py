@@ -1,0 +1,109 @@
+"""The timing step of one sample, driven region by region from the parent (the convention is in
+:mod:`pkb_ray.timing`; this is its parent side).
+
+For every region the parent draws a fresh nonce (the calls' inputs), sends the command, and
+brackets it with its own clock until the last rank reports. After a timed region the rank's
+report commits to every output; only then does the parent say (a ``keep`` step, outside every
+bracket) that this region is one of the ``spot_checks`` picked per side (chosen at random
+before the first region, never sent to the ranks) and which call's output to hand over.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pkb_ray.config import EvalConfig
+from pkb_ray.ranks import RankSet, StepOutcome
+from pkb_ray.timing import calls_per_round, round_order
+from pkb_ray.verdict import Region, reported_us
+
+REGION_POLL_S = 0.0002  # the parent's bracket is as fine as its look at the reports
+
+
+@dataclass
+class Timing:
+    """What the timing step left: regions (timed ones only), the picked calls, or the step that failed."""
+
+    regions: list[Region] = field(default_factory=list)
+    picks: dict[int, dict[str, Any]] = field(default_factory=dict)  # id -> side, region, index, nonce, commits
+    k: int = 1
+    failed: StepOutcome | None = None
+    what: str = ""  # which region failed
+    seconds: float = 0.0
+
+
+class RoundDriver:
+    """Runs warmup, calibration and the timed regions of one sample on its candidate rank set."""
+
+    def __init__(self, ranks: RankSet, base: dict[str, Any], cfg: EvalConfig, kept_dir: Path):
+        self.ranks, self.base, self.cfg, self.kept_dir = ranks, base, cfg, kept_dir
+        self.rng = secrets.SystemRandom()
+        self.timing = Timing()
+
+    def run(self) -> Timing:
+        t0 = time.monotonic()
+        try:
+            self._run()
+        finally:
+            self.timing.seconds = time.monotonic() - t0
+        return self.timing
+
+    def _run(self) -> None:
+        cfg = self.cfg
+        for side in ("ref", "cand"):  # JIT, allocator, NCCL channels
+            if cfg.warmup and self._region(side, cfg.warmup, "warmup", timed=False) is None:
+                return
+        per_call = []
+        for side in ("ref", "cand"):
+            region = self._region(side, cfg.timing_sets, "calibration", timed=False)
+            if region is None:
+                return
+            per_call.append(max(reported_us(r) or 0.0 for r in region.reports.values()))
+        k = self.timing.k = calls_per_round(max(per_call), cfg.round_us, cfg.max_round_calls)
+        picked = {side: set(self.rng.sample(range(cfg.rounds), min(cfg.spot_checks, cfg.rounds)))
+                  for side in ("ref", "cand")}
+        for i in range(cfg.rounds):
+            for side in round_order(i):
+                region = self._region(side, k, f"round {i}", timed=True)
+                if region is None:
+                    return
+                self.timing.regions.append(region)
+                if i not in picked[side]:
+                    continue  # the next region drops this one's outputs
+                # the hand-over is a step of its own, outside every bracket; the rank learns that
+                # this region was picked only after it committed to the region's outputs
+                outcome = self.ranks.run({**self.base, "step": "keep", **self._pick(side, i, region)},
+                                         self.cfg.timeout_s, poll_s=REGION_POLL_S)
+                if not outcome.ok:
+                    self.timing.failed, self.timing.what = outcome, f"handing over round {i} ({side})"
+                    return
+
+    def _region(self, side: str, k: int, what: str, timed: bool) -> Region | None:
+        nonce = self.rng.getrandbits(56)
+        cmd = {**self.base, "step": "region", "side": side, "k": k, "nonce": nonce, "what": what,
+               "hold": timed}
+        t0 = time.perf_counter()
+        outcome = self.ranks.run(cmd, self.cfg.timeout_s, poll_s=REGION_POLL_S)
+        bracket_us = (time.perf_counter() - t0) * 1e6
+        if not outcome.ok:
+            self.timing.failed, self.timing.what = outcome, f"{what} ({side})"
+            return None
+        return Region(side=side, k=k, bracket_us=bracket_us, reports=outcome.reports, nonce=nonce)
+
+    def _pick(self, side: str, i: int, region: Region) -> dict[str, Any]:
+        """Pick one call of this (timed, committed) region: the keep command's fields."""
+        pick_id = len(self.timing.picks)
+        index = self.rng.randrange(region.k)
+        commits = {str(rank): _at(rep.get("commits"), index) for rank, rep in region.reports.items()}
+        self.timing.picks[pick_id] = {"id": pick_id, "side": side, "region": i, "index": index,
+                                      "nonce": region.nonce, "commits": commits}
+        return {"keep_index": index, "keep_id": pick_id, "out_dir": str(self.kept_dir), "seeds": [pick_id]}
+
+
+def _at(values: Any, index: int) -> Any:
+    """``values[index]``, or None where a (forgeable) report has no such entry."""
+    return values[index] if isinstance(values, list) and index < len(values) else None

@@ -1,0 +1,213 @@
+"""From what the steps of one sample left behind to its status: pure, no processes, no I/O.
+
+Inputs are of two trust levels. What a *candidate's* rank set reports (its times, commitments,
+output devices, the names of functions it found replaced) is forgeable: the candidate shares the
+process. What a *clean* rank set reports (the comparisons) and what the parent observed itself
+(deaths, deadlines, its clock around each region) is not. A forged report can only make a
+candidate look worse, or be caught here: never pass a check that the clean side or the parent's
+clock decides.
+
+Rules, first match wins:
+1. A rank set step failed: a silent death is a crash, a reported error its status, a missing
+   report a timeout (:func:`step_failure`).
+2. The candidate's process says the evaluator's functions were replaced: tampering.
+3. Trials: outputs on another device than the inputs, sharing memory with an input where the
+   reference's do not, or a clean comparison that failed: wrong output.
+4. Timing: a time that cannot be true (more than the parent's bracket), or time hidden outside the
+   reported figure (see :func:`forged_time`), or an output the rank would not hand over: tampering.
+   A picked timed output that differs from the clean reference: wrong output.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from pkb_ray.schema import Status
+
+REPORTED_STATUSES = {Status.IMPORT_ERROR.value, Status.RUNTIME_ERROR.value}
+BRACKET_SLACK_US = 50.0  # clock reads on either side of a message: a report may exceed the bracket by this
+HIDDEN_FLOOR_US = 200.0  # unexplained time per region the candidate side may have beyond the reference's...
+HIDDEN_FRACTION = 0.25  # ...or this fraction of the reference's reported region, whichever is larger...
+NOISE_SIGMAS = 3.0  # ...or this many standard errors of the difference (the messages' own jitter)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: Status
+    message: str
+    rank: int | None = None
+
+
+@dataclass
+class StepView:
+    """A step as the verdict sees it: reports by rank, silent deaths (exit codes), ranks with no answer."""
+
+    reports: dict[int, dict[str, Any]]
+    dead: dict[int, int] = field(default_factory=dict)
+    missing: list[int] = field(default_factory=list)
+
+
+def step_failure(step: StepView) -> Verdict | None:
+    """Root cause of a failed step: a silent death first, then a reported error, then a hang."""
+    if step.dead:
+        return Verdict(Status.CRASH, "", min(step.dead))
+    for rank, report in sorted(step.reports.items()):
+        status = report.get("status")
+        if status == "ok":
+            continue
+        if status in REPORTED_STATUSES:
+            return Verdict(Status(status), str(report.get("message", "")), rank)
+        return Verdict(Status.TAMPERING, f"rank {rank} wrote a report the runner never writes "
+                                         f"(status {status!r}): {str(report.get('message', ''))[:300]}", rank)
+    if step.missing:
+        return Verdict(Status.TIMEOUT, "", step.missing[0])
+    return None
+
+
+def tampering(reports: dict[int, dict[str, Any]]) -> Verdict | None:
+    """The candidate's process found the evaluator's own functions replaced."""
+    for rank, report in sorted(reports.items()):
+        replaced = report.get("tampered") or []
+        if replaced:
+            return Verdict(Status.TAMPERING, f"rank {rank}: the candidate replaced the evaluator's "
+                                             f"{', '.join(map(str, replaced))}", rank)
+    return None
+
+
+def trial_verdict(candidate: dict[int, dict[str, Any]], checks: dict[int, dict[str, Any]],
+                  reference: dict[str, Any], device: dict[int, str]) -> Verdict | None:
+    """Trials of every rank: ``candidate`` its reports (devices, aliases per seed), ``checks`` the
+    clean set's comparisons, ``reference`` the reference's aliases per seed, ``device`` each rank's."""
+    for rank, report in sorted(candidate.items()):
+        for seed, devices in sorted(report.get("devices", {}).items()):
+            wrong = [d for d in devices if not _same_device(d, device[rank])]
+            if wrong:
+                return Verdict(Status.WRONG_OUTPUT, f"trial seed={seed} rank {rank}: an output is on {wrong[0]}, "
+                                                    f"the inputs on {device[rank]}", rank)
+        for seed, found in sorted(report.get("aliases", {}).items()):
+            allowed = set(reference.get("aliases", {}).get(seed, []))
+            extra = [a for a in found if a not in allowed]
+            if extra:
+                return Verdict(Status.WRONG_OUTPUT, f"trial seed={seed} rank {rank}: {extra[0]} (the reference's "
+                                                    "does not)", rank)
+    for rank, report in sorted(checks.items()):
+        bad = next((c for c in report.get("checks", []) if not c["ok"]), None)
+        if bad:
+            return Verdict(Status.WRONG_OUTPUT, f"trial seed={bad['id']} rank {rank}: {bad['where']}: {bad['message']}",
+                           rank)
+    return None
+
+
+@dataclass
+class Region:
+    """One timed region as the parent saw it: the side, k calls, the parent's bracket (microseconds,
+    from sending the command to the last rank's report) and each rank's report."""
+
+    side: str
+    k: int
+    bracket_us: float
+    reports: dict[int, dict[str, Any]]
+    nonce: int = 0
+
+
+def forged_time(regions: list[Region]) -> Verdict | None:
+    """Times that cannot be true.
+
+    A rank's region figure times k calls inside the parent's bracket, so k x figure can never
+    exceed the bracket. What the bracket holds beyond the figure (input generation, commitments,
+    the messages) is the same work for both sides; a candidate that reports less than it took
+    moves that time into the unexplained part. Per rank, the median unexplained time of the
+    candidate's regions may exceed the reference's by at most the largest of HIDDEN_FLOOR_US,
+    HIDDEN_FRACTION of the reference's median region, and NOISE_SIGMAS standard errors of that
+    difference (estimated from the spread of the unexplained times): a forger gains at most that
+    much per region, undetected.
+    """
+    for region in regions:
+        for rank, rep in sorted(region.reports.items()):
+            if reported_us(rep) is None:
+                return Verdict(Status.TAMPERING, f"rank {rank} reported no usable time for a {region.side} region: "
+                                                 f"{str(rep.get('us'))[:100]!r}", rank)
+            total = reported_us(rep) * region.k
+            if total > region.bracket_us + BRACKET_SLACK_US:
+                return Verdict(Status.TAMPERING, f"rank {rank} reported {total:.0f} us for a {region.side} region "
+                                                 f"that the parent saw take {region.bracket_us:.0f} us", rank)
+    ranks = sorted({r for region in regions for r in region.reports})
+    for rank in ranks:
+        hidden = {side: [g.bracket_us - reported_us(g.reports[rank]) * g.k for g in regions
+                         if g.side == side and rank in g.reports] for side in ("ref", "cand")}
+        if not hidden["ref"] or not hidden["cand"]:
+            continue
+        ref_region = statistics.median(reported_us(g.reports[rank]) * g.k for g in regions
+                                       if g.side == "ref" and rank in g.reports)
+        extra = statistics.median(hidden["cand"]) - statistics.median(hidden["ref"])
+        noise = math.hypot(_median_error(hidden["cand"]), _median_error(hidden["ref"]))
+        allowed = max(HIDDEN_FLOOR_US, HIDDEN_FRACTION * ref_region, NOISE_SIGMAS * noise)
+        if extra > allowed:
+            return Verdict(Status.TAMPERING, f"rank {rank}: the candidate's regions took {extra:.0f} us more than "
+                                             f"its reported times explain, beyond the reference's (allowed "
+                                             f"{allowed:.0f} us): times forged", rank)
+    return None
+
+
+def timed_verdict(regions: list[Region], checks: dict[int, dict[str, Any]], picks: dict[int, dict[str, Any]],
+                  device: dict[int, str]) -> Verdict | None:
+    """Timing: region reports (devices, aliases), the parent's brackets, and the clean checks of the
+    picked calls (``picks``: id -> {side, region, index})."""
+    for region in regions:
+        for rank, rep in sorted(region.reports.items()):
+            if region.side == "cand":
+                wrong = [d for d in rep.get("devices", []) if not _same_device(d, device[rank])]
+                if wrong:
+                    return Verdict(Status.WRONG_OUTPUT, f"timed call rank {rank}: an output is on {wrong[0]}, "
+                                                        f"the inputs on {device[rank]}", rank)
+                earlier = [a for a in rep.get("aliases", []) if "earlier" in a]
+                if earlier:
+                    return Verdict(Status.WRONG_OUTPUT, f"timed calls rank {rank}: {earlier[0]} (it returns the "
+                                                        "same buffer every call)", rank)
+    forged = forged_time(regions)
+    if forged:
+        return forged
+    for rank, report in sorted(checks.items()):
+        for check in report.get("checks", []):
+            if check["ok"]:
+                continue
+            pick = picks[check["id"]]
+            where = f"{pick['side']} region {pick['region']} call {pick['index']}"
+            if check["kind"] == "missing":
+                return Verdict(Status.TAMPERING, f"rank {rank} did not hand over the output of the {where} it was "
+                                                 f"asked for: {check['message']}", rank)
+            if pick["side"] == "ref":
+                return Verdict(Status.WRONG_OUTPUT, "the reference gave a wrong answer in the candidate's processes "
+                                                    f"(the candidate changed torch or shared state): rank {rank} {where}: "
+                                                    f"{check['where']}: {check['message']}", rank)
+            return Verdict(Status.WRONG_OUTPUT, f"a timed call gave a wrong answer (e.g. a cached result): rank {rank} "
+                                                f"{where}: {check['where']}: {check['message']}", rank)
+    return None
+
+
+def _median_error(values: list[float]) -> float:
+    """Standard error of a median, from the inter-quartile range (normal approximation)."""
+    if len(values) < 4:
+        return float("inf") if len(values) < 2 else abs(max(values) - min(values))
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    return 1.2533 * (q3 - q1) / 1.349 / math.sqrt(len(values))
+
+
+def reported_us(report: dict[str, Any]) -> float | None:
+    """A region report's microseconds per call, or None when a (forged) report has none that is usable."""
+    try:
+        us = float(report["us"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return us if us >= 0 and us == us and us != float("inf") else None
+
+
+def _same_device(found: str, expected: str) -> bool:
+    """``cuda`` and ``cuda:0`` name the same device when the rank's is ``cuda:0``."""
+    if found == expected:
+        return True
+    kind, _, index = expected.partition(":")
+    return found == kind and index in ("", "0")

@@ -1,0 +1,96 @@
+"""The verdict rules on hand-made step reports: no processes, no Ray."""
+
+from pkb_ray.schema import Status
+from pkb_ray.verdict import (HIDDEN_FLOOR_US, Region, StepView, forged_time, step_failure, tampering, timed_verdict,
+                             trial_verdict)
+
+DEV = {0: "cuda:0", 1: "cuda:1"}
+OK = {"status": "ok"}
+
+
+def test_a_silent_death_outranks_a_reported_error_and_a_hang():
+    assert step_failure(StepView({0: {"status": "runtime_error", "message": "x"}}, dead={1: -11}, missing=[])) \
+        .status is Status.CRASH
+    found = step_failure(StepView({0: OK, 1: {"status": "runtime_error", "message": "boom"}}))
+    assert (found.status, found.rank, found.message) == (Status.RUNTIME_ERROR, 1, "boom")
+    assert step_failure(StepView({0: OK}, missing=[1])).status is Status.TIMEOUT
+    assert step_failure(StepView({0: OK, 1: OK})) is None
+
+
+def test_a_report_no_runner_writes_is_tampering():
+    found = step_failure(StepView({0: {"status": "correct", "message": "trust me"}}))
+    assert found.status is Status.TAMPERING and "correct" in found.message
+
+
+def test_replaced_evaluator_functions_are_tampering():
+    assert tampering({0: {"tampered": []}, 1: {}}) is None
+    found = tampering({0: {}, 1: {"tampered": ["pkb_ray.timing.timed_region"]}})
+    assert found.status is Status.TAMPERING and found.rank == 1 and "timed_region" in found.message
+
+
+def test_trials_wrong_device_and_aliasing_and_clean_mismatch():
+    clean = {0: {"checks": [{"id": 0, "ok": True}]}, 1: {"checks": [{"id": 0, "ok": True}]}}
+    ref = {"aliases": {"0": []}}
+    good = {0: {"devices": {"0": ["cuda:0"]}}, 1: {"devices": {"0": ["cuda:1"]}}}
+    assert trial_verdict(good, clean, ref, DEV) is None
+    on_cpu = {0: {"devices": {"0": ["cuda:0"]}}, 1: {"devices": {"0": ["cpu"]}}}
+    found = trial_verdict(on_cpu, clean, ref, DEV)
+    assert found.status is Status.WRONG_OUTPUT and "on cpu" in found.message and found.rank == 1
+    shared = {0: {"aliases": {"0": ["output 0 shares memory with an input"]}}}
+    assert trial_verdict(shared, clean, ref, DEV).status is Status.WRONG_OUTPUT
+    in_place_ref = {"aliases": {"0": ["output 0 shares memory with an input"]}}
+    assert trial_verdict(shared, clean, in_place_ref, DEV) is None  # the reference does the same
+    bad = {0: {"checks": [{"id": 0, "ok": False, "where": "output", "message": "3 of 8 elements differ"}]}}
+    assert "3 of 8" in trial_verdict(good, bad, ref, DEV).message
+
+
+def _regions(ref_us, cand_us, ref_bracket, cand_bracket, n=10, k=1):
+    regions = []
+    for _ in range(n):
+        regions.append(Region("ref", k, ref_bracket, {0: {"us": ref_us}, 1: {"us": ref_us}}))
+        regions.append(Region("cand", k, cand_bracket, {0: {"us": cand_us}, 1: {"us": cand_us}}))
+    return regions
+
+
+def test_honest_times_pass_the_bracket_check():
+    # both sides spend ~300 us outside the timed calls per region
+    assert forged_time(_regions(2000.0, 1000.0, 2300.0, 1310.0)) is None
+
+
+def test_a_time_longer_than_the_parents_bracket_is_impossible():
+    found = forged_time(_regions(2000.0, 1000.0, 2300.0, 900.0))
+    assert found.status is Status.TAMPERING and "saw take" in found.message
+
+
+def test_time_hidden_outside_the_reported_figure_is_forged():
+    # the candidate's region took 2300 us by the parent's clock, but it reports 2000 / 50
+    found = forged_time(_regions(2000.0, 40.0, 2300.0, 2300.0))
+    assert found.status is Status.TAMPERING and "times forged" in found.message
+    # below the floor, a small difference is noise
+    assert forged_time(_regions(2000.0, 1000.0, 2300.0, 1300.0 + HIDDEN_FLOOR_US - 10)) is None
+
+
+def test_a_report_without_a_usable_time_is_tampering():
+    regions = _regions(10.0, 10.0, 100.0, 100.0)
+    regions[1].reports[1] = {"us": "fast"}
+    assert forged_time(regions).status is Status.TAMPERING
+
+
+def test_timed_checks_name_the_side_that_was_wrong():
+    regions = _regions(10.0, 10.0, 100.0, 100.0, n=2)
+    picks = {0: {"side": "cand", "region": 1, "index": 0}, 1: {"side": "ref", "region": 0, "index": 0}}
+    ok = {0: {"checks": [{"id": 0, "ok": True}, {"id": 1, "ok": True}]}}
+    assert timed_verdict(regions, ok, picks, DEV) is None
+    cand_bad = {0: {"checks": [{"id": 0, "ok": False, "kind": "value", "where": "output", "message": "differs"}]}}
+    assert "timed call gave a wrong answer" in timed_verdict(regions, cand_bad, picks, DEV).message
+    ref_bad = {0: {"checks": [{"id": 1, "ok": False, "kind": "value", "where": "output", "message": "differs"}]}}
+    assert "reference gave a wrong answer" in timed_verdict(regions, ref_bad, picks, DEV).message
+    missing = {0: {"checks": [{"id": 0, "ok": False, "kind": "missing", "where": "output", "message": "gone"}]}}
+    assert timed_verdict(regions, missing, picks, DEV).status is Status.TAMPERING
+
+
+def test_an_output_returned_twice_in_a_region_is_wrong():
+    regions = _regions(10.0, 10.0, 100.0, 100.0, n=1, k=2)
+    regions[1].reports[0]["aliases"] = ["output 0 shares memory with an earlier call's output"]
+    found = timed_verdict(regions, {}, {}, DEV)
+    assert found.status is Status.WRONG_OUTPUT and "same buffer" in found.message
