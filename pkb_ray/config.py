@@ -88,8 +88,8 @@ class ToleranceOverride(_Strict):
 
 class EvalConfig(_Strict):
     trials: int = Field(3, ge=1, description="correctness trials, each on fresh random inputs")
-    timing_sets: int = Field(3, ge=1, description="calls of each side in the calibration region that sets the "
-                                                  "calls per round (every timed call gets inputs of its own)")
+    timing_sets: int = Field(3, ge=1, description="base input sets that every timed call's own inputs are made "
+                                                  "from (pkb_ray.timing); also the calibration region's calls")
     warmup: int = Field(3, ge=0, description="untimed calls of each side before timing")
     rounds: int = Field(20, ge=1, description="timed rounds per side (reference and candidate interleaved)")
     round_us: float = Field(2000.0, gt=0, description="target length of one round; sets its back-to-back calls")

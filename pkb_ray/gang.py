@@ -17,7 +17,9 @@ passed on too, so a cluster whose nodes were started differently still keeps the
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +28,7 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from pkb_ray import sandbox
 from pkb_ray.config import ConfigError, SweepConfig
 from pkb_ray.harness import Harness
 from pkb_ray.placement import Layout, fits, no_room
@@ -35,6 +38,7 @@ from pkb_ray.schema import Result, Sample, Status
 from pkb_ray.selection import private_paths
 from pkb_ray.spread import RankHost, SpreadLauncher
 
+log = logging.getLogger(__name__)
 NOSET_CUDA = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
 
 
@@ -49,6 +53,7 @@ def start_ray(cfg: SweepConfig, layouts: list[Layout] | None = None) -> None:
     """Join the Ray cluster of ``cfg.ray.address``, or start a local one (logical GPUs on CPU); then
     check that it can hold a gang of each of ``layouts`` (default: every layout of the run), or
     raise ConfigError naming the key."""
+    announce_isolation(cfg.eval.isolation)
     os.environ[NOSET_CUDA] = "1"  # ranks pick their own GPU among all of the node's
     if not ray.is_initialized():
         _init_ray(cfg)
@@ -58,6 +63,21 @@ def start_ray(cfg: SweepConfig, layouts: list[Layout] | None = None) -> None:
             key = ("hardware.world_sizes" if lay.nodes == 1 else
                    f"hardware.spread.{cfg.hardware.spread_layouts.index(lay)}")
             raise ConfigError(f"{key}: {no_room(lay, gpus)}")
+
+
+def announce_isolation(level: str) -> sandbox.Probe:
+    """Probe ``eval.isolation`` here and say at start what holds and what does not; a level that
+    cannot be had fails the run (ConfigError naming the key), never a weaker one silently."""
+    try:
+        found = sandbox.probe(sandbox.Isolation(level))
+    except sandbox.SandboxUnavailable as exc:
+        raise ConfigError(f"eval.isolation: {exc}") from None
+    line = f"isolation: {found.describe()}"
+    weak = found.level is sandbox.Isolation.NONE or not found.caps_processes or not found.cgroup
+    print(("WARNING " if weak else "") + line, file=sys.stderr, flush=True)
+    if weak:
+        log.warning("%s (%s)", line, found.reason)
+    return found
 
 
 def node_gpus() -> dict[str, int]:

@@ -34,7 +34,7 @@ from pkb_ray.problem import Problem, Tolerance, sol_time_us
 from pkb_ray.rank_pool import CleanRanks, RankPool
 from pkb_ray.ranks import Isolation, RankSet, StepOutcome
 from pkb_ray.reference_store import default_key_file
-from pkb_ray.references import ReferenceChanged, ReferenceFailed, References, trial_seeds
+from pkb_ray.references import ReferenceChanged, ReferenceFailed, References, base_seeds, trial_seeds
 from pkb_ray.rounds import RoundDriver, Timing
 from pkb_ray.schema import Result, Sample, Status, TrialRecord
 from pkb_ray.timing import median_iqr, sample_time, speedup
@@ -208,7 +208,7 @@ class Harness:
         clock.lap("quiet")
         kept = ranks.job_dir / "kept"
         kept.mkdir()
-        timing = RoundDriver(ranks, base, self.cfg, kept).run()
+        timing = RoundDriver(ranks, base, self.cfg, kept, base_seeds(self.cfg)).run()
         clock.lap("timing")
         if timing.failed:
             found = step_verdict(timing.failed, ranks, prefix=f"during timing ({timing.what}): ")
@@ -216,7 +216,7 @@ class Harness:
         found = next((v for g in timing.regions if (v := tampering(g.reports))), None)
         if found:
             return {"verdict": found, "trials": trials}
-        timed = self.references.check_timed(base, timing.picks, kept, tol)
+        timed = self.references.check_timed(base, timing.picks, kept, tol, base_seeds(self.cfg))
         clock.lap("timed_check")
         trials += [TrialRecord(kind="timed", seed=c["id"], rank=r, ok=c["ok"], max_abs_error=c["max_abs_error"],
                                message=f"{c['where']}: {c['message']}" if c["message"] else "")

@@ -32,6 +32,7 @@ from pkb_ray.runner.launch import read_exit
 ERROR_GRACE_S = 2.0  # after one rank fails, how long the others get to report before being killed
 POLL_S = 0.02
 LOG_TAIL_CHARS = 1500
+CPU_RANK_MEMORY = 16 << 30  # address space of one CPU rank process in a sandbox (RLIMIT_AS)
 
 
 @dataclass
@@ -115,9 +116,26 @@ class Isolation:
     writable: tuple[str, ...] = ()  # besides the rank set's own job folder
     gpu: bool = False
 
-    def policy(self, job_dir: Path) -> sandbox.Policy:
+    def python_paths(self) -> list[Path]:
+        """Where this Python finds its packages, wherever the sandbox would hide them: under /tmp
+        (its own scratch there) or under a hidden path (e.g. a bundle unpacked in /tmp/site)."""
+        shadowed = [Path("/tmp"), *map(Path, self.hide)]
+        entries = [*os.environ.get("PYTHONPATH", "").split(os.pathsep), *sys.path]
+        found = []
+        for entry in entries:
+            path = Path(entry).resolve() if entry else None
+            if path and path.is_dir() and any(path == s or path.is_relative_to(s) for s in shadowed) \
+                    and str(path) not in self.hide and path not in found:
+                found.append(path)
+        return found
+
+    def policy(self, job_dir: Path, ranks: int) -> sandbox.Policy:
+        # processes count threads, of every rank in the sandbox (NCCL starts many); the memory cap is
+        # RLIMIT_AS per process on CPU only (CUDA reserves huge address ranges) unless a cgroup holds it
+        limits = sandbox.Limits(max_processes=512 * ranks, memory_bytes=None if self.gpu else CPU_RANK_MEMORY)
         return sandbox.Policy(writable=[job_dir, *map(Path, self.writable)], hide=[Path(p) for p in self.hide],
-                              readable=[Path(p) for p in self.readable], gpu=self.gpu)
+                              readable=[*map(Path, self.readable), *self.python_paths()], gpu=self.gpu,
+                              limits=limits)
 
 
 class RankSet:
@@ -164,9 +182,10 @@ class RankSet:
             self._pipes.append(os.fdopen(w, "wb"))
         spec = {"job_dir": str(self.job_dir), "argv": rank_argv, "ranks": self.ranks, "fds": reads,
                 "devices": {str(r): d for r, d in zip(self.ranks, devices)}}
-        argv = sandbox.command([sys.executable, "-m", "pkb_ray.runner.launch", json.dumps(spec)],
-                               isolation.policy(self.job_dir), probe)
-        limits = sandbox.preexec(isolation.policy(self.job_dir), probe)
+        policy = isolation.policy(self.job_dir, len(self.ranks))
+        argv = sandbox.command([sys.executable, "-m", "pkb_ray.runner.launch", json.dumps(spec)], policy, probe)
+        self._slot = sandbox.CgroupSlot(probe, policy.limits)
+        limits = sandbox.preexec(policy, probe, self._slot)
 
         def preexec() -> None:
             _die_with_parent()
@@ -260,6 +279,7 @@ class RankSet:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             pass
+        self._slot.close()
         for pipe in self._pipes:
             try:
                 pipe.close()

@@ -39,8 +39,13 @@ class ReferenceChanged(ReferenceFailed):
 
 
 def trial_seeds(cfg: EvalConfig) -> list[int]:
-    """The trials' input seeds (timed calls draw theirs from the parent's nonces: pkb_ray.timing)."""
+    """The trials' input seeds."""
     return [cfg.seed + i for i in range(cfg.trials)]
+
+
+def base_seeds(cfg: EvalConfig) -> list[int]:
+    """Seeds of the base input sets that every timed call's inputs are made from (pkb_ray.timing)."""
+    return [cfg.seed + 1_000_000 + i for i in range(cfg.timing_sets)]
 
 
 @dataclass(frozen=True)
@@ -99,11 +104,12 @@ class References:
                "tolerance": {"atol": tol.atol, "rtol": tol.rtol}}
         return self._run(cmd, "checking the trials").reports
 
-    def check_timed(self, base: dict, picks: dict[int, dict], kept_dir: Path, tol: Tolerance) -> dict[int, dict]:
+    def check_timed(self, base: dict, picks: dict[int, dict], kept_dir: Path, tol: Tolerance,
+                    seeds: list[int]) -> dict[int, dict]:
         """Per rank: the clean set's recomputation and comparison of the picked timed calls."""
         if not picks:
             return {}
-        cmd = {**base, "step": "check_timed", "picks": list(picks.values()), "seeds": list(picks),
+        cmd = {**base, "step": "check_timed", "picks": list(picks.values()), "seeds": list(picks), "base_seeds": seeds,
                "actual_dir": str(kept_dir), "tolerance": {"atol": tol.atol, "rtol": tol.rtol}}
         return self._run(cmd, "checking the timed calls").reports
 

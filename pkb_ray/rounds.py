@@ -39,8 +39,9 @@ class Timing:
 class RoundDriver:
     """Runs warmup, calibration and the timed regions of one sample on its candidate rank set."""
 
-    def __init__(self, ranks: RankSet, base: dict[str, Any], cfg: EvalConfig, kept_dir: Path):
+    def __init__(self, ranks: RankSet, base: dict[str, Any], cfg: EvalConfig, kept_dir: Path, base_seeds: list[int]):
         self.ranks, self.base, self.cfg, self.kept_dir = ranks, base, cfg, kept_dir
+        self.base_seeds = base_seeds  # make_inputs seeds of the base sets every timed call's inputs come from
         self.rng = secrets.SystemRandom()
         self.timing = Timing()
 
@@ -85,6 +86,7 @@ class RoundDriver:
     def _region(self, side: str, k: int, what: str, timed: bool) -> Region | None:
         nonce = self.rng.getrandbits(56)
         cmd = {**self.base, "step": "region", "side": side, "k": k, "nonce": nonce, "what": what,
+               "base_seeds": self.base_seeds,
                "hold": timed}
         t0 = time.perf_counter()
         outcome = self.ranks.run(cmd, self.cfg.timeout_s, poll_s=REGION_POLL_S)

@@ -10,8 +10,14 @@ Reference (A) and candidate (B) are timed in the same rank processes, interleave
 2. ``rounds`` regions per side, in the order A B B A A B ... (each side goes first equally often,
    so neither inherits the other's warm caches more).
 3. Every call of every region gets inputs no call has seen before: the parent sends a fresh random
-   nonce with each region and call n draws its inputs from seed :func:`call_seed` (nonce, n), before
-   the timed part. Memoising by address, by sampled values or by a hash of the inputs gains nothing.
+   nonce with each region, and call n gets a copy of base input set n mod ``timing_sets`` (drawn
+   once per sample by ``make_inputs``) with every floating-point element moved by a pseudo-random
+   factor in [1 - 1/16, 1 + 1/16] keyed on (nonce, n) and on the element's own value
+   (:func:`fresh_inputs`). Keyed on the value, equal elements stay equal (ties, and tensors that are
+   the same on every rank), zeros stay zeros and signs stay signs; the new values are drawn on the
+   device, outside the timed part, at the cost of one elementwise pass. A base set with no
+   floating-point tensor is drawn anew by ``make_inputs`` from :func:`call_seed` (nonce, n)
+   instead. Memoising by address, by sampled values or by a hash of the inputs gains nothing.
 4. A region: all ranks meet at a barrier, then the side is called ``k`` times back to back; it is
    timed by the host clock from a device-wide synchronisation to the next one (on GPU the end waits
    for every stream of the device, so work hidden on side streams is counted). A region's figure
@@ -71,6 +77,43 @@ def call_seed(nonce: int, n: int) -> int:
     """The input seed of call ``n`` of the region with ``nonce``: distinct for every call."""
     digest = hashlib.blake2b(f"{nonce}:{n}".encode(), digest_size=7).digest()
     return int.from_bytes(digest, "little")
+
+
+FRESH_SPREAD = 1.0 / 16  # the largest relative change fresh_inputs makes to an element
+
+
+def fresh_inputs(base: tuple, nonce: int, n: int) -> tuple | None:
+    """Inputs of call ``n`` of the region with ``nonce``, made from ``base``: every floating-point
+    tensor (in tuples and lists too) copied with each element x -> x * (1 + FRESH_SPREAD * h),
+    h in [-1, 1) a hash of (x's bits, nonce, n). None when ``base`` holds no floating-point tensor
+    (the caller then draws a new set instead)."""
+    key = call_seed(nonce, n) & 0xFFFFFFFF
+    found = []
+
+    def fresh(value):
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            found.append(True)
+            return _moved(value, key)
+        if isinstance(value, (tuple, list)):
+            return type(value)(fresh(v) for v in value)
+        if isinstance(value, torch.Tensor):
+            return value.clone()  # a buffer of its own: memoising by address gains nothing either
+        return value
+
+    out = tuple(fresh(v) for v in base)
+    return out if found else None
+
+
+def _moved(x: torch.Tensor, key: int) -> torch.Tensor:
+    word = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}[x.element_size()]
+    bits = x.detach().contiguous().view(word).to(torch.int64) & 0xFFFFFFFF
+    v = (bits * 0x9E3779B1 + key) & 0xFFFFFFFF  # a 32-bit mix (murmur3's finaliser): products stay below 2**63
+    v = v ^ (v >> 16)
+    v = (v * 0x85EBCA6B) & 0xFFFFFFFF
+    v = v ^ (v >> 13)
+    h = v.to(torch.float32) * (2.0 / 2**32) - 1.0
+    wide = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return (x.detach().to(wide) * (1.0 + FRESH_SPREAD * h.to(wide))).to(x.dtype).reshape(x.shape)
 
 
 def calls_per_round(slowest_us_per_call: float, round_us: float, max_calls: int) -> int:

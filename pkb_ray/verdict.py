@@ -31,7 +31,7 @@ REPORTED_STATUSES = {Status.IMPORT_ERROR.value, Status.RUNTIME_ERROR.value}
 BRACKET_SLACK_US = 50.0  # clock reads on either side of a message: a report may exceed the bracket by this
 HIDDEN_FLOOR_US = 200.0  # unexplained time per region the candidate side may have beyond the reference's...
 HIDDEN_FRACTION = 0.25  # ...or this fraction of the reference's reported region, whichever is larger...
-NOISE_SIGMAS = 3.0  # ...or this many standard errors of the difference (the messages' own jitter)
+NOISE_SIGMAS = 4.0  # ...or this many standard errors of the difference (the messages' own jitter)
 
 
 @dataclass(frozen=True)
@@ -119,8 +119,9 @@ def forged_time(regions: list[Region]) -> Verdict | None:
     A rank's region figure times k calls inside the parent's bracket, so k x figure can never
     exceed the bracket. What the bracket holds beyond the figure (input generation, commitments,
     the messages) is the same work for both sides; a candidate that reports less than it took
-    moves that time into the unexplained part. Per rank, the median unexplained time of the
-    candidate's regions may exceed the reference's by at most the largest of HIDDEN_FLOOR_US,
+    moves that time into the unexplained part. Per rank, over the rounds (each a reference and a
+    candidate region back to back), the median of the candidate's unexplained time minus the
+    reference's may be at most the largest of HIDDEN_FLOOR_US,
     HIDDEN_FRACTION of the reference's median region, and NOISE_SIGMAS standard errors of that
     difference (estimated from the spread of the unexplained times): a forger gains at most that
     much per region, undetected.
@@ -135,16 +136,16 @@ def forged_time(regions: list[Region]) -> Verdict | None:
                 return Verdict(Status.TAMPERING, f"rank {rank} reported {total:.0f} us for a {region.side} region "
                                                  f"that the parent saw take {region.bracket_us:.0f} us", rank)
     ranks = sorted({r for region in regions for r in region.reports})
+    pairs = [(a, b) if a.side == "ref" else (b, a) for a, b in zip(regions[::2], regions[1::2]) if a.side != b.side]
     for rank in ranks:
-        hidden = {side: [g.bracket_us - reported_us(g.reports[rank]) * g.k for g in regions
-                         if g.side == side and rank in g.reports] for side in ("ref", "cand")}
-        if not hidden["ref"] or not hidden["cand"]:
+        # a round's two regions run back to back: their difference cancels the load of the moment
+        diffs = [(c.bracket_us - reported_us(c.reports[rank]) * c.k) - (r.bracket_us - reported_us(r.reports[rank]) * r.k)
+                 for r, c in pairs if rank in r.reports and rank in c.reports]
+        if not diffs:
             continue
-        ref_region = statistics.median(reported_us(g.reports[rank]) * g.k for g in regions
-                                       if g.side == "ref" and rank in g.reports)
-        extra = statistics.median(hidden["cand"]) - statistics.median(hidden["ref"])
-        noise = math.hypot(_median_error(hidden["cand"]), _median_error(hidden["ref"]))
-        allowed = max(HIDDEN_FLOOR_US, HIDDEN_FRACTION * ref_region, NOISE_SIGMAS * noise)
+        ref_region = statistics.median(reported_us(r.reports[rank]) * r.k for r, _ in pairs if rank in r.reports)
+        extra = statistics.median(diffs)
+        allowed = max(HIDDEN_FLOOR_US, HIDDEN_FRACTION * ref_region, NOISE_SIGMAS * _median_error(diffs))
         if extra > allowed:
             return Verdict(Status.TAMPERING, f"rank {rank}: the candidate's regions took {extra:.0f} us more than "
                                              f"its reported times explain, beyond the reference's (allowed "

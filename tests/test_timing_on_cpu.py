@@ -86,3 +86,24 @@ def test_prewarmed_sets_start_in_batches_when_timing_is_quiet(make_harness, prob
     for sets_left in ahead:
         assert h.evaluate(sample).status == Status.CORRECT
         assert _settles_at(h.work_dir, 2 * sets_left)
+
+
+def test_fresh_inputs_are_new_every_call_but_keep_ties_zeros_and_signs():
+    import torch
+
+    from pkb_ray.timing import FRESH_SPREAD, fresh_inputs
+
+    x = torch.tensor([1.5, -2.0, 0.0, 1.5, 3.25] * 200)
+    idx = torch.arange(5)
+    a = fresh_inputs((x, idx, 7), nonce=11, n=0)
+    b = fresh_inputs((x, idx, 7), nonce=11, n=1)
+    again = fresh_inputs((x, idx, 7), nonce=11, n=0)
+    assert torch.equal(a[0], again[0])  # a clean process recomputes the same inputs
+    assert not torch.equal(a[0], b[0]) and not torch.equal(a[0], x)  # every call: new contents
+    assert a[0].data_ptr() != x.data_ptr() and a[1].data_ptr() != idx.data_ptr() and torch.equal(a[1], idx)
+    assert a[2] == 7
+    assert a[0][0] == a[0][3]  # equal values stay equal (ties; tensors equal on every rank)
+    assert (a[0][2::5] == 0).all() and (torch.sign(a[0]) == torch.sign(x)).all()
+    nonzero = x != 0
+    assert ((a[0][nonzero] / x[nonzero] - 1).abs() <= FRESH_SPREAD + 1e-6).all()
+    assert fresh_inputs((idx,), nonce=11, n=0) is None  # nothing to move: the caller draws a new set

@@ -19,6 +19,7 @@ import gc
 import hashlib
 import importlib.util
 import io
+import json
 import sys
 import traceback
 from pathlib import Path
@@ -33,7 +34,7 @@ from pkb_ray.correctness import aliases, compare, fingerprint, fingerprints, out
 from pkb_ray.problem import DTYPES, InputContext, Problem, Tolerance, load_problem
 from pkb_ray.runner import protocol
 from pkb_ray.runner.protocol import StepFailed, set_phase, tensor_file
-from pkb_ray.timing import call_seed, timed_region
+from pkb_ray.timing import call_seed, fresh_inputs, timed_region
 
 
 def candidate_traceback() -> str:
@@ -83,6 +84,7 @@ class RankSession:
         self.problems: dict[str, Problem] = {}
         self.candidate: Callable[..., Any] | None = None
         self._held: list[Any] | None = None  # outputs of the last region, until the parent picks one
+        self._base: tuple | None = None  # (key, base input sets of the timed calls)
         self._originals = _watched()
 
     def run(self, cmd: dict[str, Any]) -> dict[str, Any]:
@@ -138,7 +140,7 @@ class RankSession:
         found = []
         for pick in cmd["picks"]:
             self._phase(f"check timed call {pick['id']}")
-            inputs = self._inputs(call_seed(pick["nonce"], pick["index"]))
+            inputs = self._call_inputs(cmd["base_seeds"], pick["nonce"], pick["index"])
             expected = self.problem.solution(*inputs)
             self._sync()
             try:
@@ -196,7 +198,7 @@ class RankSession:
         side, k = cmd["side"], cmd["k"]
         fn = self.problem.solution if side == "ref" else self.candidate
         self._phase(f"{cmd['what']} ({side})")
-        calls = [self._inputs(call_seed(cmd["nonce"], n)) for n in range(k)]
+        calls = [self._call_inputs(cmd["base_seeds"], cmd["nonce"], n) for n in range(k)]
         gc.collect(0)  # the young generation only: a full collection costs ~170 ms with torch loaded
         gc.disable()  # a collection inside a region would be charged to whichever side triggered it
         try:
@@ -232,6 +234,14 @@ class RankSession:
         if hashlib.sha256(data).hexdigest() != sha256.get(path.name):
             raise StepFailed("reference_changed", f"reference file {path.name} changed since it was verified")
         return torch.load(io.BytesIO(data), map_location=self.device)
+
+    def _call_inputs(self, base_seeds: list[int], nonce: int, n: int) -> tuple:
+        """The inputs of timed call n of the region with ``nonce`` (see :func:`pkb_ray.timing.fresh_inputs`)."""
+        key = (id(self.problem), self.dtype_name, json.dumps(self.size, sort_keys=True), tuple(base_seeds))
+        if self._base is None or self._base[0] != key:  # drawn once per sample (per problem in a clean set)
+            self._base = (key, [self._inputs(s) for s in base_seeds])
+        sets = self._base[1]
+        return fresh_inputs(sets[n % len(sets)], nonce, n) or self._inputs(call_seed(nonce, n))
 
     def _inputs(self, seed: int) -> tuple:
         ctx = InputContext(size=self.size, rank=self.rank, world_size=self.world_size,
