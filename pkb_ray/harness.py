@@ -139,10 +139,6 @@ class Harness:
     def prewarm(self) -> None:
         self.pool.prewarm()
 
-    @property
-    def _reapers(self):
-        return self.pool.reapers + self.clean.reapers
-
     def close(self) -> None:
         """Kill the prewarmed rank sets and the clean one; wait until every rank process is gone."""
         self.pool.close()

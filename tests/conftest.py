@@ -51,19 +51,22 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def rank_processes(under: Path, clean: bool = False) -> list[int]:
-    """Live rank processes whose command line mentions a path under ``under`` (their job folder);
-    the harness's clean rank set (which lives until the harness closes) only if ``clean``."""
+def rank_processes(under: Path, clean: bool = False, ranks_only: bool = False) -> list[int]:
+    """Live processes of rank sets whose command line mentions a path under ``under`` (their job
+    folder): the ranks, and (unless ``ranks_only``) their launcher and sandbox; the harness's clean
+    rank set (which lives until the harness closes) only if ``clean``."""
+    modules = ("pkb_ray.runner.rank",) if ranks_only else ("pkb_ray.runner.rank", "pkb_ray.runner.launch")
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if (("pkb_ray.runner.rank" in cmdline or "pkb_ray.runner.launch" in cmdline) and str(under) in cmdline
-                and (clean or "/clean-" not in cmdline) and pid_alive(int(entry.name))):
+        started = any(a == "-m" and b in modules for a, b in zip(argv, argv[1:]))
+        line = " ".join(argv)
+        if started and str(under) in line and (clean or "/clean-" not in line) and pid_alive(int(entry.name)):
             found.append(int(entry.name))
     return found
 

@@ -86,7 +86,7 @@ def test_a_killed_gang_gives_its_sample_a_crash_and_is_restarted(cluster, tmp_pa
         while time.monotonic() < deadline and not killed:
             for marker in (cfg.cache_path / "work").glob("gang-*/sample-*/hanging"):
                 name = marker.parent.parent.name
-                killed.append((name, rank_processes(marker.parent)))
+                killed.append((name, rank_processes(marker.parent, ranks_only=True)))
                 ray.kill(ray.get_actor(name))
                 return
             time.sleep(0.1)

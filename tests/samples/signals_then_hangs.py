@@ -1,4 +1,6 @@
-# Leaves a file named "hanging" in its job folder, then hangs: lets a test act while it hangs.
+# Leaves a file named "hanging" in its job folder (the rank's command line names it; the working
+# folder is the sandbox's private scratch), then hangs: lets a test act while it hangs.
+import sys
 import time
 from pathlib import Path
 
@@ -6,6 +8,6 @@ import torch
 
 
 def solution(x: torch.Tensor) -> torch.Tensor:
-    Path("hanging").touch()  # the rank's working folder is the sample's job folder
+    Path(sys.argv[sys.argv.index("--job-dir") + 1], "hanging").touch()
     while True:
         time.sleep(0.1)
