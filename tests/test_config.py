@@ -18,7 +18,7 @@ def composed(*overrides: str):
 def test_default_composes_and_validates():
     cfg = validate_config(composed())
     assert cfg.model.name == "replay" and cfg.hardware.backend == "gloo"
-    assert cfg.eval.rounds == 200 and cfg.wandb.mode == "offline"
+    assert cfg.eval.rounds == 100 and cfg.wandb.mode == "offline"
 
 
 def test_group_choice_and_key_overrides():
@@ -44,6 +44,8 @@ def test_group_choice_and_key_overrides():
         ("model=vllm_local model.concurrency=0", "model.concurrency"),
         ("hardware=h200_2 +hardware.tflops_by_dtype.int8=1979", "hardware.tflops_by_dtype.int8"),
         ("hardware=h200_2 hardware.tflops_by_dtype.float32=0", "hardware.tflops_by_dtype.float32"),
+        ("eval.isolation=chroot", "eval.isolation"),
+        ("eval.spot_checks=0", "eval.spot_checks"),
     ],
 )
 def test_bad_values_fail_naming_the_key(override, key):
@@ -119,3 +121,18 @@ def test_speed_of_light_bounds_flops_by_the_peak_of_the_problem_dtype(problems):
     assert sol_time_us(p, knobs, 2, "bfloat16", hw) < sol_time_us(p, knobs, 2, "float32", hw) / 3
     flat = hw.model_copy(update={"tflops_by_dtype": {}})  # a profile without the table: `tflops` for every dtype
     assert sol_time_us(p, knobs, 2, "float32", flat) < sol_time_us(p, knobs, 2, "float32", hw) / 3
+
+
+def test_an_isolation_level_that_cannot_be_had_fails_at_start_naming_the_key(monkeypatch):
+    from pkb_ray import sandbox
+    from pkb_ray.gang import announce_isolation
+
+    assert announce_isolation("sandbox").level is sandbox.Isolation.SANDBOX
+    monkeypatch.setattr(sandbox, "_bwrap_candidates", lambda: ["/nonexistent/bwrap"])
+    sandbox.probe.cache_clear()
+    try:
+        with pytest.raises(ConfigError) as err:
+            announce_isolation("sandbox")
+        assert "eval.isolation" in str(err.value) and "/nonexistent/bwrap" in str(err.value)
+    finally:
+        sandbox.probe.cache_clear()

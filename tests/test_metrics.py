@@ -128,6 +128,7 @@ def test_status_counts_every_status_in_enum_order_with_zeros():
         "timeout": 1,
         "crash": 1,
         "wrong_output": 0,
+        "tampering": 0,
         "correct": 2,
     }
     assert sum(status_counts([]).values()) == 0
@@ -172,7 +173,7 @@ def test_summarize_columns(results):
         "n", "pass@1", "pass@2", "fast_1.0@1", "fast_1.5@1", "fast_2.0@1",
         "geomean_speedup", "median_speedup", "median_sol_fraction",
         "n_invalid_sample", "n_compile_error", "n_import_error", "n_runtime_error",
-        "n_timeout", "n_crash", "n_wrong_output", "n_correct",
+        "n_timeout", "n_crash", "n_wrong_output", "n_tampering", "n_correct",
     ]  # fmt: skip
 
 

@@ -17,7 +17,7 @@ def test_arrow_schema_has_every_result_field_in_order():
 
 def test_status_taxonomy_is_closed_and_ordered():
     assert [s.value for s in Status] == ["invalid_sample", "compile_error", "import_error", "runtime_error",
-                                         "timeout", "crash", "wrong_output", "correct"]
+                                         "timeout", "crash", "wrong_output", "tampering", "correct"]
 
 
 def test_round_trip_through_parquet(tmp_path):
