@@ -47,8 +47,6 @@ def run(cfg: SweepConfig, out_dir: Path, sweep_group: str | None = None, job: st
     results_dir = resolve_path(cfg.results_dir) if cfg.results_dir else out_dir / "results"
     problems_dir = str(resolve_path(cfg.problems_dir)) if cfg.problems_dir else None
     generated_dir = resolve_path(cfg.generated_dir) if cfg.generated_dir else out_dir / "generated"
-    for folder in (results_dir, generated_dir):  # made now, so that the rank sandboxes hide them from the start
-        folder.mkdir(parents=True, exist_ok=True)
     if cfg.model.provider == "replay":
         # all problems: a row naming a problem of none is kept (validate reports it), one of another set is not
         rows = select_rows(read_samples(resolve_path(cfg.model.samples), cfg.model.name), cfg, problems)
@@ -58,6 +56,8 @@ def run(cfg: SweepConfig, out_dir: Path, sweep_group: str | None = None, job: st
         start_ray(cfg)
         rows = generate(first_requests(cfg, chosen), cfg, generated_dir)
     log.info("%d samples of %d problems -> %s", len(rows), len(chosen), results_dir)
+    for folder in (results_dir, generated_dir):  # made before any gang starts: the rank sandboxes hide them
+        folder.mkdir(parents=True, exist_ok=True)
     run_pipeline(rows, cfg, problems, results_dir, problems_dir=problems_dir)
     generated = list(rows)
     refine_rounds = cfg.model.refine_rounds if cfg.model.provider == "openai" else 0

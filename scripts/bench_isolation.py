@@ -54,7 +54,7 @@ def main() -> None:
                                                                 f"{'h200_2' if args.device == 'cuda' else 'cpu_gloo'}.yaml")))
     devices = ["cuda:0", "cuda:1"] if args.device == "cuda" else ["cpu", "cpu"]
     tmp = Path(tempfile.mkdtemp(prefix="bench-isolation-"))
-    harness = {level: Harness(devices, EvalConfig(**eval_cfg, isolation=level), hw, problems,
+    harness = {level: Harness(devices, EvalConfig(**{**eval_cfg, "isolation": level}), hw, problems,
                               work_dir=tmp / f"work-{level}", cache_dir=tmp / "cache")
                for level in ("none", "sandbox")}
     print("isolation:", harness["sandbox"].probe.describe(), flush=True)

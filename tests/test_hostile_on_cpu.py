@@ -46,7 +46,7 @@ def test_hostile_sample_gets_its_status(make_harness, name, status, needle):
 
 
 def test_forged_report_times_are_caught_by_the_parents_clock(make_harness, problems):
-    h = make_harness(2, size=BIG, rounds=40)
+    h = make_harness(2, size=BIG, rounds=80)
     honest = h.evaluate(_copy(problems))
     assert honest.status == Status.CORRECT, honest.message
     forged = h.evaluate(_sample("forges_reports.py"))

@@ -70,7 +70,7 @@ def _settles_at(work_dir, n: int, within_s: float = 15.0) -> bool:
 
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
-        if len(rank_processes(work_dir)) == n:
+        if len(rank_processes(work_dir, ranks_only=True)) == n:
             return True
         time.sleep(0.1)
     return False
