@@ -124,7 +124,8 @@ class Isolation:
         found = []
         for entry in entries:
             path = Path(entry).resolve() if entry else None
-            if path and path.is_dir() and any(path == s or path.is_relative_to(s) for s in shadowed) \
+            # strictly inside: binding /tmp itself (a script's folder on sys.path) would undo the scratch
+            if path and path.is_dir() and any(path != s and path.is_relative_to(s) for s in shadowed) \
                     and str(path) not in self.hide and path not in found:
                 found.append(path)
         return found

@@ -31,7 +31,7 @@ REPORTED_STATUSES = {Status.IMPORT_ERROR.value, Status.RUNTIME_ERROR.value}
 BRACKET_SLACK_US = 50.0  # clock reads on either side of a message: a report may exceed the bracket by this
 HIDDEN_FLOOR_US = 200.0  # unexplained time per region the candidate side may have beyond the reference's...
 HIDDEN_FRACTION = 0.5  # ...or this fraction of the reference's reported region, whichever is larger...
-NOISE_SIGMAS = 5.0  # ...or this many standard errors of the difference (the messages' own jitter)
+NOISE_SIGMAS = 3.0  # ...or this many standard errors of the difference (the messages' own jitter)
 
 
 @dataclass(frozen=True)
