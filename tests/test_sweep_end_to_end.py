@@ -95,7 +95,7 @@ def test_a_killed_driver_loses_nothing_written_and_a_resume_duplicates_nothing(t
     os.kill(driver.pid, signal.SIGKILL)  # mid-run, no clean-up
     driver.wait()
     written = read_results(results)
-    assert 16 <= len(written) < 25 and written["sample_key"].is_unique
+    assert 16 <= len(written) < len(read_samples(REPO / "samples" / "replay")) and written["sample_key"].is_unique
     # a file cut short by the kill would be a *.parquet.tmp, which readers never pick up
     again = sweep(tmp_path, tmp_path / "run2", f"results_dir={results}")
     assert again.returncode == 0, again.stderr[-3000:]
