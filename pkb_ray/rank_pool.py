@@ -96,7 +96,6 @@ class CleanRanks:
         self.work_dir = work_dir
         self.startup_timeout_s = startup_timeout_s
         self._ranks: RankSet | None = None
-        self.ready: dict[int, dict] = {}  # each rank's ready report (its device)
         self.reapers: list[threading.Thread] = []
 
     def get(self) -> RankSet:
@@ -108,7 +107,7 @@ class CleanRanks:
                 retire(ranks, self.reapers)
                 raise RuntimeError(f"clean rank processes did not start: dead {ready.dead}, no answer from "
                                    f"{ready.missing}; {ranks.log_tail(min(ranks.ranks))}")
-            self._ranks, self.ready = ranks, ready.reports
+            self._ranks = ranks
         return self._ranks
 
     def fail(self) -> None:

@@ -10,7 +10,6 @@ imports candidate code. The sandbox's docstring says what it does not protect ag
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import json
 import os
@@ -186,16 +185,11 @@ class RankSet:
         policy = isolation.policy(self.job_dir, len(self.ranks))
         argv = sandbox.command([sys.executable, "-m", "pkb_ray.runner.launch", json.dumps(spec)], policy, probe)
         self._slot = sandbox.CgroupSlot(probe, policy.limits)
-        limits = sandbox.preexec(policy, probe, self._slot)
-
-        def preexec() -> None:
-            _die_with_parent()
-            limits()
-
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=open(self.job_dir / "launch.log", "wb"),
-                                     stderr=subprocess.STDOUT, env=child,
-                                     cwd=self.job_dir if probe.level is sandbox.Isolation.NONE else None,
-                                     start_new_session=True, pass_fds=reads, preexec_fn=preexec)
+        with open(self.job_dir / "launch.log", "wb") as log:  # the limits include SIGKILL on our death
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=child,
+                                         cwd=self.job_dir if probe.level is sandbox.Isolation.NONE else None,
+                                         start_new_session=True, pass_fds=reads,
+                                         preexec_fn=sandbox.preexec(policy, probe, self._slot))
         for r in reads:
             os.close(r)
         self.isolation = probe.describe()
@@ -298,10 +292,3 @@ class RankSet:
         except (ProcessLookupError, PermissionError):
             pass
 
-
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGKILL when the parent dies (a killed gang leaks no rank)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    except OSError:
-        pass  # not Linux: ranks still leave when their command pipe closes

@@ -34,7 +34,7 @@ from pkb_ray.samples import read_samples  # noqa: E402
 from pkb_ray.schema import Sample  # noqa: E402
 
 COPIES = ["all_reduce", "rmsnorm_allreduce", "moe_dispatch_skewed", "all_to_all"]
-HOSTILE = ["correct_then_cached", "breaks_reference", "rewrites_check", "rewrites_timer", "forges_reports",
+HOSTILE = ["correct_then_cached", "breaks_reference", "rewrites_check", "forges_reports",
            "memo_by_address", "memo_by_values", "memo_by_hash", "shares_output_buffer", "reads_secrets",
            "deletes_results", "escapes_with_children", "fills_disk", "segfaults", "hangs_while_timed"]
 
@@ -80,7 +80,7 @@ def main() -> None:
                     print("   ", r.message[-600:].replace("\n", " | "), flush=True)
     hostile = []
     if "hostile" not in args.skip:
-        files = [REPO / f"tests/samples/{n}.py" for n in HOSTILE]
+        files = [REPO / f"tests/samples/{n}.py" for n in HOSTILE] + [REPO / "samples/replay/all_reduce/09_rewrites_timer.py"]
         if args.device == "cuda":
             files += sorted((REPO / "tests/samples/gpu").glob("*.py"))
         for i, path in enumerate(files):

@@ -32,7 +32,7 @@ def _copy(problems, index: int = 1) -> Sample:
         ("hangs_while_timed.py", Status.TIMEOUT, "during timing"),
         ("exits_cleanly.py", Status.RUNTIME_ERROR, "SystemExit"),
         ("rewrites_check.py", Status.WRONG_OUTPUT, "timed call gave a wrong answer"),
-        ("rewrites_timer.py", Status.TAMPERING, "timed_region"),
+        ("../../samples/replay/all_reduce/09_rewrites_timer.py", Status.TAMPERING, "timed_region"),
         ("shares_output_buffer.py", Status.WRONG_OUTPUT, "earlier call's output"),
     ],
 )
