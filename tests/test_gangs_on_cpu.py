@@ -68,7 +68,8 @@ def test_gangs_of_two_world_sizes_work_side_by_side_and_survive_hostile_samples(
     w2 = [r for r in results.values() if r.world_size == 2]
     w4 = [r for r in results.values() if r.world_size == 4]
     assert all(r.gang.startswith("gang-w4-") for r in w4) and all(r.gang.startswith("gang-w2-") for r in w2)
-    assert pool.stats["peak_gangs"] == 2
+    # never more GPUs held than the cluster has; once W=4 is done, W=2 may run 3 gangs (rebalancing)
+    assert pool.stats["peak_gpus"] == 6 and pool.stats["peak_gangs"] in (2, 3)
     # nothing left behind: no gang actor, no rank process (prewarmed ones included)
     assert gang_actors() == []
     assert rank_processes_left(tmp_path / "cache", clean=True) == []

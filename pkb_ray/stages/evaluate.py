@@ -85,7 +85,7 @@ class GangPool:
         self.metrics = metrics
         self.gangs: list[GangHandle] = []
         self._ids = itertools.count()
-        # gangs started, restarted, stopped; samples evaluated; most gangs holding GPUs at once
+        # gangs started, restarted, stopped; samples evaluated; most gangs (and GPUs) held at once
         self.stats = Counter()
         self.busy_s = 0.0  # gang-seconds inside samples (dispatch to result)
         self.alive_s = 0.0  # gang-seconds of ready gangs
@@ -149,6 +149,7 @@ class GangPool:
                 self.gangs.append(handle)
                 pending[handle.pg.ready()] = ("reserve", handle, None)
             self.stats["peak_gangs"] = max(self.stats["peak_gangs"], len(self.gangs))
+            self.stats["peak_gpus"] = max(self.stats["peak_gpus"], sum(g.layout.world_size for g in self.gangs))
 
         def starving() -> bool:
             """Some layout has work, no gang, and no room for one."""
