@@ -32,11 +32,11 @@ def compare(expected: Any, actual: Any, atol: float, rtol: float, where: str = "
     """First difference between ``expected`` and ``actual``, or None when they agree."""
     if isinstance(expected, torch.Tensor):
         if not isinstance(actual, torch.Tensor):
-            return Mismatch(where, f"expected a tensor, got {type(actual).__name__}")
+            return Mismatch(where, f"expected a tensor, got {_type_name(actual)}")
         return _compare_tensors(expected, actual, atol, rtol, where)
     if isinstance(expected, (tuple, list)):
         if not isinstance(actual, (tuple, list)):
-            return Mismatch(where, f"expected a {type(expected).__name__} of {len(expected)}, got {type(actual).__name__}")
+            return Mismatch(where, f"expected a {type(expected).__name__} of {len(expected)}, got {_type_name(actual)}")
         if len(actual) != len(expected):
             return Mismatch(where, f"expected {len(expected)} items, got {len(actual)}")
         for i, (e, a) in enumerate(zip(expected, actual)):
@@ -47,6 +47,11 @@ def compare(expected: Any, actual: Any, atol: float, rtol: float, where: str = "
     if expected != actual:
         return Mismatch(where, f"expected {expected!r}, got {actual!r}")
     return None
+
+
+def _type_name(value: Any) -> str:
+    """What a value is; a value the hand-over could not carry says what it was (tensor_io.Unsupported)."""
+    return getattr(value, "type_name", None) or type(value).__name__
 
 
 def _agrees(expected: torch.Tensor, actual: torch.Tensor, atol: float, rtol: float) -> bool:
@@ -125,12 +130,19 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 
 def to_cpu(value: Any) -> Any:
     """Detached CPU copies (a candidate's later writes into its own buffers cannot change them)."""
+    return copy_tree(value, "cpu")
+
+
+def copy_tree(value: Any, device: str | torch.device | None = None) -> Any:
+    """Detached copies of every tensor in ``value`` (on ``device``, or where each one is)."""
     if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
+        return value.detach().to(device or value.device, copy=True)
     if isinstance(value, tuple):
-        return tuple(to_cpu(v) for v in value)
+        return tuple(copy_tree(v, device) for v in value)
     if isinstance(value, list):
-        return [to_cpu(v) for v in value]
+        return [copy_tree(v, device) for v in value]
+    if isinstance(value, dict):
+        return {k: copy_tree(v, device) for k, v in value.items()}
     return value
 
 

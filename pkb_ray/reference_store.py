@@ -8,9 +8,12 @@ wrong. Hence:
 * only rank sets that never imported a candidate write outputs, into :meth:`ReferenceStore.staging`;
 * :meth:`~ReferenceStore.commit` records every file's sha256 in ``manifest.json`` and an
   HMAC-SHA256 of that manifest in ``manifest.mac``, then renames the folder into place atomically;
-* :meth:`~ReferenceStore.lookup` checks all of it on every read; a bad entry is discarded and
-  logged, so the caller regenerates it; :meth:`~ReferenceStore.read_verified` checks one file
-  again at the time it is used.
+* :meth:`~ReferenceStore.lookup` checks all of it; a bad entry is discarded and logged, so the
+  caller regenerates it. Hashing hundreds of MB per sample cost seconds, so an entry whose files
+  this store verified in full, and whose inodes, sizes and change times (``st_ctime``, which no
+  write can leave as it was and no unprivileged process can set) are still the same, is not hashed
+  again; :meth:`~ReferenceStore.read_verified` and the clean ranks check each file's hash again
+  at the time they read it.
 
 The HMAC key lives outside the cache (``~/.config/pkb_ray/cache.key``), where the sandbox hides
 it: code that can write the cache can rewrite files and their hashes, but cannot sign a manifest.
@@ -38,6 +41,9 @@ MANIFEST = "manifest.json"
 MAC = "manifest.mac"
 KEY_BYTES = 32
 STALE_STAGING_S = 3600  # clear() leaves younger staging folders alone: a running sweep may be writing them
+# a file changed within this many seconds of a full check is hashed again at the next lookup: change
+# times tick with the kernel's coarse clock, so a write just after the check could keep the same one
+SETTLE_S = 1.0
 _ENTRY_NAME = re.compile(r"[0-9a-f]{24}")
 
 
@@ -66,6 +72,8 @@ class ReferenceStore:
         self.root = Path(root)
         self.key_file = Path(key_file) if key_file is not None else default_key_file()
         self._key: bytes | None = None
+        self._verified: dict[Path, tuple] = {}  # entry -> its files' stat signature at a full check
+        self.full_checks = 0
 
     # -- the public surface ------------------------------------------------------------------
 
@@ -77,8 +85,16 @@ class ReferenceStore:
         entry = self.entry(key)
         if not os.path.lexists(entry):
             return None
+        known = self._verified.get(entry)
+        if known is not None and known == _signature(entry):
+            return entry  # nothing in it changed since it was hashed in full
+        self._verified.pop(entry, None)
         problem = self._problem(entry)
+        self.full_checks += 1
         if not problem:
+            signature = _signature(entry)
+            if signature is not None and time.time_ns() - max(s[-1] for s in signature) > SETTLE_S * 1e9:
+                self._verified[entry] = signature
             return entry
         log.warning("reference entry %s for key %s failed verification (%s); discarded, it will be "
                     "regenerated", entry.name, key, problem)
@@ -247,6 +263,15 @@ def _claimed_key(entry: Path) -> str | None:
         return key if isinstance(key, str) else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _signature(entry: Path) -> tuple | None:
+    """(name, inode, size, mtime, ctime) of the folder and each item in it; None if unreadable."""
+    try:
+        items = [(".", os.lstat(entry))] + sorted((i.name, i.stat(follow_symlinks=False)) for i in os.scandir(entry))
+    except OSError:
+        return None
+    return tuple((name, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for name, st in items)
 
 
 def _sha256_file(path: Path) -> str:

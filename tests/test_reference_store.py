@@ -51,6 +51,30 @@ def test_zeroed_output_is_discarded_and_logged(store, caplog):
     assert "seed0.rank1.pt: sha256 differs from manifest" in caplog.text and "allreduce_sum" in caplog.text
 
 
+@pytest.mark.parametrize("how", ["rewrite", "replace", "touch_back"])
+def test_an_entry_hashed_once_is_hashed_again_only_when_a_file_changes(store, caplog, how):
+    import time
+
+    entry = commit(store)
+    time.sleep(1.2)  # older than SETTLE_S: a later write gets another change time
+    assert store.lookup(KEY) == entry and store.lookup(KEY) == entry and store.full_checks == 1
+    target = entry / "seed0.rank1.pt"
+    before = target.stat()
+    if how == "rewrite":  # same size, in place
+        with open(target, "r+b") as f:
+            f.write(b"\x00" * 100)
+    elif how == "replace":  # a new inode under the old name
+        other = entry / "x.tmp"
+        other.write_bytes(b"\x00" * 100)
+        os.replace(other, target)
+    else:  # rewritten, with size and modification time put back as they were
+        target.write_bytes(b"\x00" * 100)
+        os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with caplog.at_level(logging.WARNING, logger="pkb_ray.reference_store"):
+        assert store.lookup(KEY) is None
+    assert store.full_checks == 2 and "seed0.rank1.pt: sha256 differs from manifest" in caplog.text
+
+
 def test_rehashed_manifest_without_the_key_is_caught(store, caplog):
     # what an attacker who can write the cache but not read the key would do
     entry = commit(store)

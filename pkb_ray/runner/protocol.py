@@ -2,8 +2,8 @@
 
 The parent sends one JSON line per step on the rank's command pipe. The rank answers each step
 with ``rank<R>.<tag>.json`` (tag: the step's name, or the command's ``tag``) in the job directory, written to a temporary name and renamed, so
-a report is either absent or complete. Tensors go through ``torch.save`` files named by
-:func:`tensor_file`. ``rank<R>.phase`` holds what the rank is doing now, for timeout messages.
+a report is either absent or complete. Tensors go through :mod:`pkb_ray.runner.tensor_io` files
+named by :func:`tensor_file`. ``rank<R>.phase`` holds what the rank is doing now, for timeout messages.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def read_report(job_dir: Path, rank: int, step: str) -> dict[str, Any] | None:
 
 
 def tensor_file(directory: Path, seed: int, rank: int) -> Path:
-    return directory / f"seed{seed}.rank{rank}.pt"
+    return directory / f"seed{seed}.rank{rank}.tensors"
 
 
 def phase_path(job_dir: Path, rank: int) -> Path:

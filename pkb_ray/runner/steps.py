@@ -16,9 +16,7 @@ treats it so. What a clean set reports is trusted.
 from __future__ import annotations
 
 import gc
-import hashlib
 import importlib.util
-import io
 import json
 import sys
 import traceback
@@ -30,10 +28,12 @@ import torch
 import torch.distributed as dist
 
 from pkb_ray import correctness, timing
-from pkb_ray.correctness import aliases, compare, fingerprint, fingerprints, output_devices, poison_like, structure, to_cpu
+from pkb_ray.correctness import aliases, compare, copy_tree, fingerprint, fingerprints, output_devices, poison_like, structure
 from pkb_ray.problem import DTYPES, InputContext, Problem, Tolerance, load_problem
-from pkb_ray.runner import protocol
+from pkb_ray.runner import protocol, tensor_io
 from pkb_ray.runner.protocol import StepFailed, set_phase, tensor_file
+from pkb_ray.runner.resident import BUDGET_BYTES, Resident
+from pkb_ray.runner.tensor_io import TensorFileError
 from pkb_ray.timing import call_seed, fresh_inputs, timed_region
 
 
@@ -63,7 +63,7 @@ def _watched() -> dict[str, Any]:
     own checks instead: commitments, clean recomputation, its clock around each region)."""
     return {"pkb_ray.timing.timed_region": timing.timed_region, "pkb_ray.timing._perf_counter": timing._perf_counter,
             "pkb_ray.timing.device_sync": timing.device_sync, "pkb_ray.correctness.fingerprint": correctness.fingerprint,
-            "pkb_ray.correctness.to_cpu": correctness.to_cpu, "torch.save": torch.save,
+            "pkb_ray.runner.tensor_io.write": tensor_io.write, "pkb_ray.runner.tensor_io._host_bytes": tensor_io._host_bytes,
             "pkb_ray.runner.steps.timed_region": sys.modules[__name__].timed_region,
             "pkb_ray.runner.steps.fingerprint": sys.modules[__name__].fingerprint,
             "pkb_ray.runner.steps.fingerprints": sys.modules[__name__].fingerprints,
@@ -86,6 +86,8 @@ class RankSession:
         self._held: list[Any] | None = None  # outputs of the last region, until the parent picks one
         self._base: tuple | None = None  # (key, base input sets of the timed calls)
         self._originals = _watched()
+        # clean sets: verified reference outputs kept on the device between samples (by content hash)
+        self.resident = Resident(BUDGET_BYTES.get(device.type, BUDGET_BYTES["cpu"]))
 
     def run(self, cmd: dict[str, Any]) -> dict[str, Any]:
         path = cmd["problem_path"]
@@ -110,7 +112,9 @@ class RankSession:
             out = self.problem.solution(*inputs)
             self._sync()
             shapes[str(seed)], shared[str(seed)] = structure(out), aliases(out, inputs)
-            torch.save({"outputs": to_cpu(out), "inputs_after": to_cpu(inputs)}, tensor_file(out_dir, seed, self.rank))
+            value = {"outputs": out, "inputs_after": inputs}
+            digest = tensor_io.write(tensor_file(out_dir, seed, self.rank), value, digest=True)
+            self.resident.put(digest, copy_tree(value))  # the next check needs no read (the key is the content)
         return {"status": "ok", "structure": shapes, "aliases": shared, "devices": output_devices(out)}
 
     def check_trials(self, cmd: dict[str, Any]) -> dict[str, Any]:
@@ -119,10 +123,12 @@ class RankSession:
         found = []
         for seed in cmd["seeds"]:
             self._phase(f"check seed={seed}")
-            expected = self._load_verified(Path(cmd["expected_dir"]), seed, cmd["expected_sha256"])
+            expected = self._expected(Path(cmd["expected_dir"]), seed, cmd["expected_sha256"])
             try:
-                actual = torch.load(tensor_file(Path(cmd["actual_dir"]), seed, self.rank), map_location=self.device)
-            except Exception as exc:  # noqa: BLE001 - a missing or unreadable output file
+                actual = tensor_io.read(tensor_file(Path(cmd["actual_dir"]), seed, self.rank), self.device)
+                if not isinstance(actual, dict):
+                    raise TensorFileError("not the file the runner writes")
+            except TensorFileError as exc:  # a missing, cut or forged output file
                 found.append(_finding(seed, "output", f"outputs unreadable: {exc}"))
                 continue
             bad = compare(expected["outputs"], actual.get("outputs"), tol.atol, tol.rtol, "output")
@@ -144,9 +150,9 @@ class RankSession:
             expected = self.problem.solution(*inputs)
             self._sync()
             try:
-                actual = torch.load(tensor_file(Path(cmd["actual_dir"]), pick["id"], self.rank),
-                                    map_location=self.device)["outputs"]
-            except Exception as exc:  # noqa: BLE001 - the rank did not hand it over
+                actual = tensor_io.read(tensor_file(Path(cmd["actual_dir"]), pick["id"], self.rank), self.device)
+                actual = actual["outputs"]
+            except (TensorFileError, TypeError, KeyError) as exc:  # the rank did not hand it over
                 found.append(_finding(pick["id"], "output", f"not handed over: {exc}", kind="missing"))
                 continue
             committed = pick["commits"].get(str(self.rank))
@@ -188,7 +194,7 @@ class RankSession:
                 raise StepFailed("runtime_error", f"trial seed={seed}:\n{candidate_traceback()}") from None
             devices[str(seed)], shared[str(seed)] = output_devices(out), aliases(out, inputs, earlier)
             earlier.append(out)
-            torch.save({"outputs": to_cpu(out), "inputs_after": to_cpu(inputs)}, tensor_file(out_dir, seed, self.rank))
+            tensor_io.write(tensor_file(out_dir, seed, self.rank), {"outputs": out, "inputs_after": inputs})
         return {"status": "ok", "devices": devices, "aliases": shared}
 
     def region(self, cmd: dict[str, Any]) -> dict[str, Any]:
@@ -221,19 +227,26 @@ class RankSession:
         """Save the output of the last region that the parent picked (if it picked one)."""
         held, self._held = self._held, None
         if cmd.get("keep_index") is not None and held is not None:
-            torch.save({"outputs": to_cpu(held[cmd["keep_index"]])},
-                       tensor_file(Path(cmd["out_dir"]), cmd["keep_id"], self.rank))
+            tensor_io.write(tensor_file(Path(cmd["out_dir"]), cmd["keep_id"], self.rank),
+                            {"outputs": held[cmd["keep_index"]]})
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def _load_verified(self, directory: Path, seed: int, sha256: dict[str, str]) -> dict[str, Any]:
-        """A reference file, read once and checked against the hash the parent read from the
-        store's (MAC-checked) manifest: no verdict against a file changed since."""
+    def _expected(self, directory: Path, seed: int, sha256: dict[str, str]) -> dict[str, Any]:
+        """A reference file's value, checked against the hash the parent read from the store's
+        (MAC-checked) manifest: kept from an earlier read or computation with that very hash, or
+        read now and checked as it is read. No verdict against a file changed since."""
         path = tensor_file(directory, seed, self.rank)
-        data = path.read_bytes()
-        if hashlib.sha256(data).hexdigest() != sha256.get(path.name):
-            raise StepFailed("reference_changed", f"reference file {path.name} changed since it was verified")
-        return torch.load(io.BytesIO(data), map_location=self.device)
+        digest = sha256.get(path.name, "")
+        value = self.resident.get(digest)
+        if value is None:
+            try:
+                value = tensor_io.read(path, self.device, sha256=digest)
+            except TensorFileError as exc:
+                raise StepFailed("reference_changed", f"reference file {path.name} changed since it was "
+                                 f"verified ({exc})") from None
+            self.resident.put(digest, value)
+        return value
 
     def _call_inputs(self, base_seeds: list[int], nonce: int, n: int) -> tuple:
         """The inputs of timed call n of the region with ``nonce`` (see :func:`pkb_ray.timing.fresh_inputs`)."""

@@ -1,0 +1,78 @@
+"""Seconds of a sample outside its timing step (the verdict path), per phase, for large outputs.
+
+    python scripts/bench_verdict_path.py --device cuda --out /tmp/verdict.json            # 2 x H200
+    python scripts/bench_verdict_path.py --device cpu --rounds 10 --out /tmp/verdict.json  # gloo
+
+One sandboxed harness at the eval profile's settings (default size, its own ``prewarm``, so a
+rank set's start is hidden as in a run), reference copies of problems with outputs of 100s of MB.
+The first sample of a problem also computes and stores its references; the later ones find them.
+Per sample: status, seconds per phase, and the seconds outside the ``timing`` phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from omegaconf import OmegaConf  # noqa: E402
+
+from pkb_ray.config import EvalConfig, HardwareConfig  # noqa: E402
+from pkb_ray.harness import Harness  # noqa: E402
+from pkb_ray.problem import load_problems  # noqa: E402
+from pkb_ray.schema import Sample  # noqa: E402
+
+PROBLEMS = ["all_reduce", "all_to_all", "rmsnorm_allreduce", "moe_dispatch_skewed"]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
+    p.add_argument("--size", default="default")
+    p.add_argument("--reps", type=int, default=3, help="samples per problem (the first one stores the references)")
+    p.add_argument("--rounds", type=int, default=None, help="override eval.rounds (the timed part, not measured here)")
+    p.add_argument("--timeout", type=float, default=None, help="override eval.timeout_s (CPU at default size is slow)")
+    p.add_argument("--isolation", default="sandbox")
+    p.add_argument("--problems", default=",".join(PROBLEMS))
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    problems = load_problems()
+    gpu = args.device == "cuda"
+    eval_cfg = OmegaConf.to_container(OmegaConf.load(REPO / f"conf/eval/{'gpu' if gpu else 'cpu'}.yaml"))
+    eval_cfg.update(size=args.size, isolation=args.isolation, **({"rounds": args.rounds} if args.rounds else {}),
+                    **({"timeout_s": args.timeout} if args.timeout else {}))
+    hw = HardwareConfig(**OmegaConf.to_container(OmegaConf.load(REPO / "conf/hardware" /
+                                                                f"{'h200_2' if gpu else 'cpu_gloo'}.yaml")))
+    tmp = Path(tempfile.mkdtemp(prefix="bench-verdict-"))
+    harness = Harness(["cuda:0", "cuda:1"] if gpu else ["cpu", "cpu"], EvalConfig(**eval_cfg), hw, problems,
+                      work_dir=tmp / "work", cache_dir=tmp / "cache")
+    harness.prewarm()
+    rows = []
+    try:
+        for pid in args.problems.split(","):
+            for rep in range(args.reps):
+                r = harness.evaluate(Sample(problem_id=pid, model="copy", sample_index=rep,
+                                            source=problems[pid].source()))
+                outside = r.eval_seconds - r.phase_seconds.get("timing", 0.0)
+                rows.append({"problem": pid, "rep": rep, "status": str(r.status), "speedup": r.speedup,
+                             "eval_s": round(r.eval_seconds, 3), "outside_timing_s": round(outside, 3),
+                             "phases": r.phase_seconds})
+                print(f"{pid:22s} rep {rep} {r.status!s:12s} x{r.speedup or 0:6.3f} outside timing "
+                      f"{outside:6.2f}s {r.phase_seconds}", flush=True)
+    finally:
+        harness.close()
+    summary = {pid: statistics.median(x["outside_timing_s"] for x in rows if x["problem"] == pid and x["rep"] > 0)
+               for pid in args.problems.split(",") if args.reps > 1}
+    print("median seconds outside timing (samples after the first):", summary)
+    args.out.write_text(json.dumps({"rows": rows, "median_outside_timing_s": summary, "device": args.device,
+                                    "size": args.size, "isolation": args.isolation}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
