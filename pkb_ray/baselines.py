@@ -34,7 +34,7 @@ from pkb_ray.gang import start_ray
 from pkb_ray.harness import Harness
 from pkb_ray.problem import Problem, ProblemError, load_problems, sol_time_us
 from pkb_ray.schema import Result, Sample, Status
-from pkb_ray.selection import check_against_problems, resolve_path
+from pkb_ray.selection import check_against_problems, resolve_path, with_problems_folder
 from pkb_ray.stages.evaluate import GangPool
 
 log = logging.getLogger("pkb_ray.baselines")
@@ -130,6 +130,7 @@ def rescore(baselines_dir: Path, hardware, problems: dict[str, Problem]) -> Path
 
 
 def run(cfg: SweepConfig, out_dir: Path) -> Path:
+    cfg = with_problems_folder(cfg)
     problems = load_problems(resolve_path(cfg.problems_dir) if cfg.problems_dir else None)
     ids = sorted(check_against_problems(cfg, problems))
     if cfg.hardware.spread:

@@ -66,6 +66,9 @@ class ModelConfig(_Strict):
 
 class ProblemsConfig(_Strict):
     name: str = "all"
+    format: Literal["native", "pkb"] = Field("native", description="native: problem files of pkb_ray's format "
+                                             "(problems_dir); pkb: every reference of the ParallelKernelBench "
+                                             "checkout at pkb.root, as problems pkb_<name>")
     ids: list[str] | None = Field(None, description="problem ids to run; None = all")
     categories: list[str] | None = None
 
@@ -74,7 +77,7 @@ class BackendConfig(_Strict):
     """Which kinds of solution a run evaluates (and, with generation, asks for)."""
 
     name: str = "all"
-    backends: list[Literal["torch", "cuda", "triton"]] | None = Field(
+    backends: list[Literal["torch", "cuda", "triton", "parallelkittens"]] | None = Field(
         None, description="None: every backend; else only samples written for these")
 
 
@@ -97,6 +100,8 @@ class EvalConfig(_Strict):
     timeout_s: float = Field(60.0, gt=0, description="limit for each step of a sample (trials, timing)")
     startup_timeout_s: float = Field(120.0, gt=0, description="limit for rank processes to join their group")
     compile_timeout_s: float = Field(300.0, gt=0, description="limit for nvcc on one CUDA source")
+    inline_build_timeout_s: float = Field(600.0, gt=0, description="extra time for the trial step of samples "
+                                          "that build their extensions on the rank (load_inline: PKB solutions)")
     compile_workers: int | None = Field(None, ge=1, description="CPU compiler actors; None: one per CPU, at most 16")
     size: str | dict[str, int] = Field("small", description="a size preset of every problem (small, default, "
                                                             "large), or knob values, e.g. {numel: 65536}")
@@ -136,8 +141,9 @@ class HardwareConfig(_Strict):
                                     Annotated[float, Field(gt=0)]], NULL_IS_EMPTY] = Field(
         default_factory=dict, description="peak dense compute per problem dtype, TFLOPS: the fastest way to do that "
                                           "dtype's math at its accuracy (e.g. float32 on Hopper: 3xTF32)")
-    nvlink_multicast: bool = Field(True, description="false: force NVLink multicast (NVLS) off in every rank; "
-                                                     "true: leave it to the environment")
+    nvlink_multicast: bool = Field(True, description="false: force NVLink multicast (NVLS) off in every rank, and "
+                                                     "refuse samples that would create multicast objects "
+                                                     "(unsupported_hardware); true: leave it to the environment")
     spread: list[str] = Field(default_factory=list,
                               description="gang layouts over several nodes, NODESxGPUS_PER_NODE (e.g. 2x4): every "
                                           "sample is evaluated at each of them too, for inter-node baselines")
@@ -211,6 +217,16 @@ class WandbConfig(_Strict):
     tags: list[str] = Field(default_factory=list)
 
 
+class PkbConfig(_Strict):
+    """ParallelKernelBench as a source of problems (problems.format=pkb) and samples (its solution folders)."""
+
+    root: str | None = Field(None, description="a checkout of togethercomputer/ParallelKernelBench")
+    faithful_inputs: bool = Field(False, description="true: PKB's inputs exactly (trial = seed); false: problems "
+                                                     "whose builder gives constant inputs get random ones")
+    shim_dir: str = Field("~/.cache/pkb_ray_pkb", description="where the generated problem files go (rank "
+                                                              "processes must read them: not under cache_dir)")
+
+
 class SweepConfig(_Strict):
     model: ModelConfig = ModelConfig()
     problems: ProblemsConfig = ProblemsConfig()
@@ -219,6 +235,7 @@ class SweepConfig(_Strict):
     hardware: HardwareConfig = HardwareConfig()
     ray: RayConfig = RayConfig()
     wandb: WandbConfig = WandbConfig()
+    pkb: PkbConfig = PkbConfig()
     problems_dir: str | None = Field(None, description="None: the problems/ folder of this checkout")
     output_dir: str = "."
     results_dir: str | None = Field(None, description="None: <output_dir>/results. Name a folder to resume a "

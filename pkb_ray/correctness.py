@@ -44,9 +44,40 @@ def compare(expected: Any, actual: Any, atol: float, rtol: float, where: str = "
             if found:
                 return found
         return None
+    if isinstance(expected, dict):
+        if not isinstance(actual, dict):
+            return Mismatch(where, f"expected a dict, got {_type_name(actual)}")
+        if sorted(map(str, actual)) != sorted(map(str, expected)):
+            return Mismatch(where, f"expected keys {sorted(map(str, expected))}, got {sorted(map(str, actual))}")
+        for key in sorted(expected, key=str):
+            found = compare(expected[key], actual[key], atol, rtol, f"{where}[{key!r}]")
+            if found:
+                return found
+        return None
     if expected != actual:
         return Mismatch(where, f"expected {expected!r}, got {actual!r}")
     return None
+
+
+def pkb_agrees(expected: Any, actual: Any, tol: float = 1e-2) -> bool:
+    """ParallelKernelBench's own rule (utils/compare_outputs.py there): the same structure; each
+    tensor of the same shape and ``allclose(a.float(), b.float(), tol, tol)`` (NaN never equal);
+    dtypes never compared; anything else with ``==``."""
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(actual, torch.Tensor) or tuple(actual.shape) != tuple(expected.shape):
+            return False
+        e = expected.detach().float()
+        return bool(torch.allclose(actual.detach().to(e.device).float(), e, atol=tol, rtol=tol))
+    if isinstance(expected, (tuple, list)):
+        return isinstance(actual, (tuple, list)) and len(actual) == len(expected) and \
+            all(pkb_agrees(e, a, tol) for e, a in zip(expected, actual))
+    if isinstance(expected, dict):
+        return isinstance(actual, dict) and set(actual) == set(expected) and \
+            all(pkb_agrees(expected[k], actual[k], tol) for k in expected)
+    try:
+        return bool(expected == actual)
+    except Exception:  # noqa: BLE001 - an object whose == raises is not equal
+        return False
 
 
 def _type_name(value: Any) -> str:
@@ -125,6 +156,8 @@ def _tensors(value: Any) -> list[torch.Tensor]:
         return [value]
     if isinstance(value, (tuple, list)):
         return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
     return []
 
 

@@ -30,7 +30,7 @@ import torch
 from pkb_ray import sandbox
 from pkb_ray.config import EvalConfig, HardwareConfig
 from pkb_ray.cuda import DEFAULT_ARCH, ENV_ARCH, ENV_CACHE, ENV_TIMEOUT
-from pkb_ray.problem import Problem, Tolerance, sol_time_us
+from pkb_ray.problem import Problem, Tolerance, Traffic, sol_time_us
 from pkb_ray.rank_pool import CleanRanks, RankPool
 from pkb_ray.ranks import Isolation, RankSet, StepOutcome
 from pkb_ray.reference_store import default_key_file
@@ -106,11 +106,14 @@ class Harness:
         key_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         hidden = [*map(str, sandbox.default_hidden()), *map(str, private)]
         gpu = hardware.device == "cuda"
+        # the problem files, and what they name (a PKB checkout), wherever they are (e.g. under /tmp)
+        needed = tuple(sorted({str(p.path.parent) for p in problems.values()}
+                              | {str(r) for p in problems.values() for r in getattr(p.module, "READABLE", ())}))
         self._isolation = {
             "candidate": Isolation(self.isolation, hide=(*hidden, str(key_dir), str(cache_dir), str(self.work_dir)),
-                                   readable=(str(cache_dir / "cuda"),), gpu=gpu),
+                                   readable=(str(cache_dir / "cuda"), *needed), gpu=gpu),
             # the clean set reads what candidates saved (their job folders) and writes references
-            "clean": Isolation(self.isolation, hide=tuple(hidden), readable=(str(self.work_dir),),
+            "clean": Isolation(self.isolation, hide=tuple(hidden), readable=(str(self.work_dir), *needed),
                                writable=(str(cache_dir / "references"),), gpu=gpu),
         }
         self.pool = RankPool(self._spawn, self.work_dir, eval_cfg.prewarm, eval_cfg.quiet_timing,
@@ -181,12 +184,15 @@ class Harness:
         out_dir = ranks.job_dir / "outputs"
         out_dir.mkdir()
         base = {"problem_path": str(problem.path), "dtype": dtype, "size": knobs}
+        # a sample that builds its extensions on the rank (PKB's load_inline) gets the build's time too
+        builds = sample.metadata.get("format") == "pkb"
         outcome = ranks.run({**base, "step": "trials", "candidate_path": str(candidate), "seeds": expected.seeds,
-                             "structure": expected.structure, "out_dir": str(out_dir)}, self.cfg.timeout_s)
+                             "structure": expected.structure, "out_dir": str(out_dir)},
+                            self.cfg.timeout_s + (self.cfg.inline_build_timeout_s if builds else 0.0))
         clock.lap("trials")
         found = step_verdict(outcome, ranks) or tampering(outcome.reports)
-        if found:
-            return {"verdict": found}
+        if found:  # by PKB's rule too, a sample that fails to run its first call fails
+            return {"verdict": found, "pkb_verdict": False}
         tol = self.tolerance(problem, dtype)
         try:
             checks = self.references.check_trials(base, expected, out_dir, tol)
@@ -197,9 +203,11 @@ class Harness:
                               else "", max_abs_error=c["max_abs_error"]) for r, rep in sorted(checks.items())
                   for c in rep["checks"]]
         clock.lap("check")
+        first = [c.get("pkb") for rep in checks.values() for c in rep["checks"] if c["id"] == expected.seeds[0]]
+        pkb = {"pkb_verdict": bool(first) and all(first)}
         found = trial_verdict(outcome.reports, checks, expected.reference, device)
         if found:
-            return {"verdict": found, "trials": trials}
+            return {"verdict": found, "trials": trials, **pkb}
         self.pool.quiet()
         clock.lap("quiet")
         kept = ranks.job_dir / "kept"
@@ -208,18 +216,18 @@ class Harness:
         clock.lap("timing")
         if timing.failed:
             found = step_verdict(timing.failed, ranks, prefix=f"during timing ({timing.what}): ")
-            return {"verdict": found or tampering(timing.failed.reports), "trials": trials}
+            return {"verdict": found or tampering(timing.failed.reports), "trials": trials, **pkb}
         found = next((v for g in timing.regions if (v := tampering(g.reports))), None)
         if found:
-            return {"verdict": found, "trials": trials}
+            return {"verdict": found, "trials": trials, **pkb}
         timed = self.references.check_timed(base, timing.picks, kept, tol, base_seeds(self.cfg))
         clock.lap("timed_check")
         trials += [TrialRecord(kind="timed", seed=c["id"], rank=r, ok=c["ok"], max_abs_error=c["max_abs_error"],
                                message=f"{c['where']}: {c['message']}" if c["message"] else "")
                    for r, rep in sorted(timed.items()) for c in rep["checks"]]
-        fields = self._timing_fields(problem, dtype, knobs, timing, trials)
+        fields = self._timing_fields(problem, dtype, knobs, timing, trials, expected.traffic)
         found = timed_verdict(timing.regions, timed, timing.picks, device)
-        return {**fields, "verdict": found or Verdict(Status.CORRECT, "")}
+        return {**fields, **pkb, "verdict": found or Verdict(Status.CORRECT, "")}
 
     def tolerance(self, problem: Problem, dtype: str) -> Tolerance:
         """The problem's tolerance for ``dtype``, unless ``eval.tolerances`` overrides it."""
@@ -228,16 +236,22 @@ class Harness:
             return problem.tolerance(dtype)
         return Tolerance(atol=override.atol, rtol=override.rtol, reason="set by eval.tolerances")
 
-    def _timing_fields(self, problem, dtype, knobs, timing: Timing, trials) -> dict:
+    def _timing_fields(self, problem, dtype, knobs, timing: Timing, trials, traced=None) -> dict:
         ranks = sorted({r for g in timing.regions for r in g.reports})
         per_rank = {side: [[float(g.reports[r]["us"]) for g in timing.regions if g.side == side] for r in ranks]
                     for side in ("ref", "cand")}
         ref = [median_iqr(t) for t in per_rank["ref"]]
         cand = [median_iqr(t) for t in per_rank["cand"]]
         ref_t, cand_t = sample_time([m for m, _ in ref]), sample_time([m for m, _ in cand])
-        sol_us = sol_time_us(problem, knobs, len(self.devices), dtype, self.hardware, nodes=self.nodes)
+        # the busiest rank's traced volume where the problem has no bound of its own (PKB's); no bound
+        # at all gives no fraction rather than 0
+        traffic = Traffic(**{k: max(t[k] for t in traced.values()) for k in ("interconnect_bytes", "flops",
+                                                                             "hbm_bytes")}) if traced else None
+        sol_us = sol_time_us(problem, knobs, len(self.devices), dtype, self.hardware, nodes=self.nodes,
+                             traffic=traffic) or None
         return dict(trials=trials, ref_median_us=[m for m, _ in ref], ref_iqr_us=[q for _, q in ref],
                     cand_median_us=[m for m, _ in cand], cand_iqr_us=[q for _, q in cand],
                     ref_time_us=ref_t, cand_time_us=cand_t, speedup=speedup(ref_t, cand_t),
-                    sol_time_us=sol_us, sol_fraction=sol_us / cand_t if cand_t > 0 else None,
+                    sol_time_us=sol_us, sol_fraction=sol_us / cand_t if sol_us and cand_t > 0 else None,
+                    sol_source=("traced" if traffic else "model") if sol_us else "",
                     timed_seconds=timing.seconds, calls_per_round=timing.k)

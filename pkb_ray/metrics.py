@@ -11,7 +11,8 @@ row per group. Its columns, after the ``by`` columns:
 ``pass@{k}``
     e.g. ``pass@1``, ``pass@5``: the unbiased pass@k, computed *per problem* (n and c counted
     per (model, problem_id)) and then averaged over the problems in the group, as HumanEval
-    and KernelBench do. A problem with fewer than k samples has no pass@k (NaN) and is left
+    and KernelBench do. Samples the hardware could not run (``unsupported_hardware``) are neither
+    passes nor failures: they are left out of n and c (still counted in ``n_unsupported_hardware``). A problem with fewer than k samples has no pass@k (NaN) and is left
     out of the mean; the group's value is NaN when no problem has k samples.
 ``fast_{p}@1``
     e.g. ``fast_1.0@1``, ``fast_1.5@1``, ``fast_2.0@1``: fast_p@1 (success = correct and
@@ -125,7 +126,8 @@ def _problem_rates(pg: pd.DataFrame, ks: Sequence[int], ps: Sequence[float]) -> 
 
 def _group_row(g: pd.DataFrame, ks: Sequence[int], ps: Sequence[float]) -> dict[str, float]:
     """All summary metrics of one group of result rows (see the module docstring)."""
-    problems = [_problem_rates(pg, ks, ps) for _, pg in g.groupby(list(PROBLEM_KEY), dropna=False)]
+    runnable = g[g["status"] != Status.UNSUPPORTED_HARDWARE.value]
+    problems = [_problem_rates(pg, ks, ps) for _, pg in runnable.groupby(list(PROBLEM_KEY), dropna=False)]
     rates = pd.DataFrame(problems).mean()  # skips NaN: problems with fewer than k samples
     ok = g[g["status"] == Status.CORRECT.value]
     return {
@@ -183,7 +185,7 @@ def curves(df: pd.DataFrame, by: Sequence[str] = ("model",), ps: Sequence[float]
     """
     by = list(by)
     out = []
-    for key, g in df.groupby(by, sort=True, dropna=False):
+    for key, g in df[df["status"] != Status.UNSUPPORTED_HARDWARE.value].groupby(by, sort=True, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
         per_problem = []
         for _, pg in g.groupby(list(PROBLEM_KEY), dropna=False):

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import ray
 
 from pkb_ray.config import SweepConfig
+from pkb_ray.pkb.static import PK_BACKEND, pk_world_size
 from pkb_ray.placement import Layout
 from pkb_ray.problem import Problem, load_problems
 from pkb_ray.samples import finished, write_results
@@ -51,12 +52,15 @@ def layouts_for(row: dict[str, Any], problems: dict[str, Problem], layouts: list
     validate says why)."""
     problem = problems.get(row.get("problem_id"))
     fitting = [lay for lay in layouts if problem is not None and problem.meta.world_sizes.supports(lay.world_size)]
+    if row.get("backend") == PK_BACKEND:  # compiled for one world size
+        fitting = [lay for lay in fitting if lay.world_size == pk_world_size(str(row.get("source", "")))]
     return fitting or layouts[:1]
 
 
-def prepare(row: dict[str, Any], problems: dict[str, Problem], world_size: int) -> Sample | Result:
+def prepare(row: dict[str, Any], problems: dict[str, Problem], world_size: int, multicast: bool = False,
+            hardware: str = "") -> Sample | Result:
     """Validate then compile one row: a Sample ready for a gang, or its final Result."""
-    out = validate(row, problems, world_size)
+    out = validate(row, problems, world_size, multicast=multicast, hardware=hardware)
     if isinstance(out, Sample):
         out = compile_sample(out, world_size, problems[out.problem_id].meta.category)
     return out
@@ -102,7 +106,8 @@ def expand_row(item: dict[str, Any], cfg: dict[str, Any], problems_dir: str | No
     out = []
     for lay in layouts_for(row, problems, config.hardware.layouts):
         world, where = lay.world_size, {"world": lay.world_size, "nodes": lay.nodes}
-        prepared = prepare(row, problems, world)
+        prepared = prepare(row, problems, world, multicast=config.hardware.nvlink_multicast,
+                           hardware=config.hardware.name)
         key = prepared.key if isinstance(prepared, Sample) else prepared.sample_key
         if (key, world, lay.nodes) in done:
             out.append({"kind": "skip", "payload": "", **where})

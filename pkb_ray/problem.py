@@ -281,15 +281,16 @@ def solution_time_lower_bound(traffic: Traffic, *, link_gbps: float, hbm_gbps: f
 
 
 def sol_time_us(problem: Problem, knobs: dict[str, int], world_size: int, dtype: str, hardware: HardwareConfig,
-                nodes: int = 1) -> float:
+                nodes: int = 1, traffic: Traffic | None = None) -> float:
     """The speed-of-light time of ``problem`` at ``knobs`` in microseconds, with the bandwidths and
     the compute peak for ``dtype`` of a hardware profile.
 
     Over ``nodes`` > 1 (W/nodes ranks per node), the share of a rank's traffic that goes to peers on
     other nodes, (W - W/nodes) / (W - 1) if it spreads evenly over its peers, also has to cross the
     network at ``hardware.network_gbps`` per GPU: the time is the slower of the two links.
+    ``traffic``: a traced estimate to use instead of the problem's own bound (see runner/trace.py).
     """
-    traffic = problem.speed_of_light(knobs, world_size, DTYPES[dtype])
+    traffic = traffic or problem.speed_of_light(knobs, world_size, DTYPES[dtype])
     seconds = solution_time_lower_bound(traffic, link_gbps=hardware.link_gbps, hbm_gbps=hardware.hbm_gbps,
                                         tflops=hardware.peak_tflops(dtype))
     if nodes > 1 and world_size > 1:

@@ -6,7 +6,9 @@ r's argument tuple). :func:`check` runs the references of many problems in one p
 W CPU ranks (one process start for all of them), then compares each rank's output with the
 oracle's within the problem's tolerance, and checks that the reference left its inputs alone.
 A reference that disagrees with an independent computation of the same operation is a bug in
-the benchmark; a tolerance that an exact alternative cannot meet is one too.
+the benchmark; a tolerance that an exact alternative cannot meet is one too. A problem imported
+from elsewhere that states no oracle (``NO_ORACLE``: ParallelKernelBench's) is probed instead: its
+builder and reference run at W, a seed's inputs come out the same twice, its inputs are left alone.
 
 Used by ``tests/test_problems_on_cpu.py`` and ``scripts/check_problems.py``. Spawns processes:
 not for the pipeline.
@@ -28,6 +30,7 @@ import torch.multiprocessing as mp
 
 from pkb_ray.correctness import compare, to_cpu
 from pkb_ray.problem import DTYPES, InputContext, Problem, load_problems
+from pkb_ray.runner import tensor_io
 
 
 def inputs_for(problem: Problem, size: dict[str, int], rank: int, world_size: int, dtype: torch.dtype,
@@ -64,20 +67,27 @@ def _rank_main(rank: int, world_size: int, port: int, problems_dir: str, plan: l
             print(f"checking {key}", flush=True)
         try:
             args = inputs_for(p, size, rank, world_size, DTYPES[dtype_name], seed, device)
-            before = to_cpu(args)  # what the oracle starts from (a GPU draws other numbers than the CPU)
+            # what the oracle starts from (a GPU draws other numbers than the CPU); groups, modules
+            # and sparse tensors as what they hold (a module's state is copied, so a change shows)
+            before = to_cpu(tensor_io.canonical(args))
             # The harness makes a seed's inputs in several processes (reference, candidate): they
             # must come out bit for bit the same. A CUDA write through repeated indices does not.
-            redrawn = compare(before, to_cpu(inputs_for(p, size, rank, world_size, DTYPES[dtype_name], seed,
-                                                        device)), 0, 0, "input")
+            redrawn = compare(before, to_cpu(tensor_io.canonical(inputs_for(p, size, rank, world_size,
+                                                                            DTYPES[dtype_name], seed, device))),
+                              0, 0, "input")
             out = p.solution(*args)
-            unchanged = None if p.meta.mutates_inputs else compare(before, to_cpu(args), 0, 0, "input")
-            result = {"inputs": before, "outputs": to_cpu(out), "input_changed": str(unchanged) if unchanged else "",
-                      "inputs_differ": str(redrawn) if redrawn else ""}
+            unchanged = None if p.meta.mutates_inputs else compare(before, to_cpu(tensor_io.canonical(args)), 0, 0,
+                                                                   "input")
+            result = {"inputs": before, "outputs": to_cpu(tensor_io.canonical(out)),
+                      "input_changed": str(unchanged) if unchanged else "", "inputs_differ": str(redrawn) if redrawn else ""}
         except Exception:  # noqa: BLE001 - reported per problem, the others still run
             result = {"error": traceback.format_exc(limit=6)}
         # One file per item, written as soon as it is done: if a later problem kills or hangs the
         # ranks (NCCL aborts a rank stuck in a collective), what was checked before is kept.
-        torch.save(result, Path(out_dir) / f"{_item_name(key)}.rank{rank}.pt")
+        try:
+            tensor_io.write(Path(out_dir) / f"{_item_name(key)}.rank{rank}.pt", result)
+        except Exception:  # noqa: BLE001 - e.g. inputs of a kind the file cannot hold
+            tensor_io.write(Path(out_dir) / f"{_item_name(key)}.rank{rank}.pt", {"error": traceback.format_exc(limit=6)})
         dist.barrier()  # keep ranks in step: a problem that raised on one rank must not shift the next
     dist.destroy_process_group()
 
@@ -104,7 +114,7 @@ def _run_plan(plan: list, world_size: int, problems_dir: str, out_dir: str, time
             key = "|".join(map(str, item))
             files = [Path(out_dir) / f"{_item_name(key)}.rank{r}.pt" for r in range(world_size)]
             if all(f.exists() for f in files):
-                done[key] = [torch.load(f) for f in files]
+                done[key] = [tensor_io.read(f) for f in files]
                 continue
             why = died or "the rank processes exited without a result"
             done[key] = [{"error": f"ranks died or hung (timeout {timeout_s:.0f} s) on this item: {why}"}] * world_size
@@ -129,7 +139,7 @@ def check(problems: dict[str, Problem], ids: list[str], world_size: int, presets
         p = problems[pid]
         if not p.meta.world_sizes.supports(world_size) or (dtype and dtype not in p.meta.dtypes):
             continue
-        if p.oracle is None:
+        if p.oracle is None and not getattr(p.module, "NO_ORACLE", False):
             failures[pid] = "no oracle(inputs, size, world_size) in the problem file"
             continue
         plan += [(pid, preset, dtype or p.meta.dtypes[0], seed) for preset in presets for seed in seeds]
@@ -154,6 +164,8 @@ def check(problems: dict[str, Problem], ids: list[str], world_size: int, presets
             failures[key] = "reference changed its inputs: " + changed[0]
             continue
         p = problems[pid]
+        if p.oracle is None:  # an imported problem (PKB) that states none: it ran, reproducibly, at this W
+            continue
         size = dict(p.meta.sizes[preset])
         inputs = [got[r]["inputs"] for r in range(world_size)]
         try:

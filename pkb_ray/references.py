@@ -57,6 +57,7 @@ class Expected:
     sha256: dict[str, str]
     structure: dict[str, dict[str, list]]  # rank -> seed -> [[shape, dtype], ...]
     reference: dict[str, Any]  # {"aliases": seed -> what the reference's outputs share with its inputs}
+    traffic: dict[str, dict[str, float]] | None = None  # rank -> traced volume of one call (TRACE_SOL problems)
 
 
 class References:
@@ -78,7 +79,8 @@ class References:
             try:
                 info = json.loads(self.store.read_verified(entry, INFO_FILE))
                 return Expected(entry=entry, seeds=seeds, sha256=self.store.hashes(entry),
-                                structure=info["structure"], reference={"aliases": info["aliases"]})
+                                structure=info["structure"], reference={"aliases": info["aliases"]},
+                                traffic=info.get("traffic"))
             except TamperedReference as exc:  # changed since lookup: the next lookup discards it
                 log.warning("reference entry changed while in use, computing it again: %s", exc)
         raise ReferenceFailed(f"the reference entry of {problem.id} keeps changing under us")
@@ -92,6 +94,8 @@ class References:
             reports = {str(r): rep for r, rep in sorted(outcome.reports.items())}
             aliases = {str(s): sorted({a for rep in reports.values() for a in rep["aliases"][str(s)]}) for s in seeds}
             info = {"structure": {r: rep["structure"] for r, rep in reports.items()}, "aliases": aliases}
+            if all(rep.get("traffic") for rep in reports.values()):
+                info["traffic"] = {r: rep["traffic"] for r, rep in reports.items()}
             (staged / INFO_FILE).write_text(json.dumps(info))
             return self.store.commit(key, staged)
         finally:

@@ -32,6 +32,7 @@ from pkb_ray.schema import Status
 STATUS_COLORS = {
     "invalid_sample": "#9e9e9e", "compile_error": "#8d6e63", "import_error": "#ffb74d", "runtime_error": "#ef5350",
     "timeout": "#ab47bc", "crash": "#212121", "wrong_output": "#ffd54f", "tampering": "#d50000",
+    "unsupported_hardware": "#90a4ae",
     "correct": "#43a047",
 }
 NOTES = {
@@ -45,10 +46,14 @@ NOTES = {
                 "are hangs and dead ranks; wrong_output ran but disagreed with the reference; tampering was caught "
                 "changing the evaluator or forging its times.",
     "problems": "Best speedup among the model's correct samples of the problem, and that sample's fraction of "
-                "the speed-of-light time (1.0 = at the hardware bound).",
+                "the speed-of-light time (1.0 = at the hardware bound; 'estimate (traced)': a problem with no "
+                "bound of its own, bounded by what one traced reference call moves and computes).",
     "nodes": "The same samples on gangs spread over nodes (hardware.spread), beside the same world size inside one "
              "node: the reference's median time in each (measured beside every sample), how much slower it is "
              "across nodes, and the model's best speedup over each reference.",
+    "verdicts": "pkb_verdict is ParallelKernelBench's own rule on the same outputs (first call only, allclose "
+                "1e-2 after a float cast; dtype, inputs and timed calls not checked). Each row: a model's samples "
+                "that one rule passes and the other does not, with pkb_ray's status and the first line of why.",
     "refinement": "Failed or slow samples went back to the model with the evaluator's feedback; each row counts "
                   "every sample's latest version after that round (round 0: the first answers).",
 }
@@ -92,6 +97,27 @@ def across_nodes(df: pd.DataFrame) -> pd.DataFrame | None:
     return pd.DataFrame(rows)
 
 
+def verdicts(df: pd.DataFrame) -> pd.DataFrame | None:
+    """Per model: samples judged by both rules, how many each passes, and every sample where they
+    disagree (None when no row has PKB's verdict)."""
+    if "pkb_verdict" not in df or df["pkb_verdict"].isna().all():
+        return None
+    both = df[df["pkb_verdict"].notna()]
+    pkb_ok = both["pkb_verdict"].astype(bool)
+    ours_ok = both["status"] == Status.CORRECT.value
+    rows = []
+    for model, g in both.groupby("model", sort=True):
+        p, o = pkb_ok[g.index], ours_ok[g.index]
+        rows.append({"model": model, "sample": "(all)", "judged": len(g), "pkb_correct": int(p.sum()),
+                     "pkb_ray_correct": int(o.sum()), "status": "", "why": ""})
+        for _, r in g[p != o].sort_values(["problem_id", "sample_index"]).iterrows():
+            rows.append({"model": model, "sample": f"{r['problem_id']}/{r['sample_index']}", "judged": 1,
+                         "pkb_correct": int(bool(r["pkb_verdict"])), "pkb_ray_correct": int(r["status"] == "correct"),
+                         "status": r["status"], "why": str(r["message"]).strip().splitlines()[0][:160]
+                         if str(r["message"]).strip() else ""})
+    return pd.DataFrame(rows)
+
+
 def leaderboard(df: pd.DataFrame) -> pd.DataFrame:
     s = summarize(df, ["model"], ks=(1,))
     board = pd.DataFrame({
@@ -125,9 +151,11 @@ def per_problem(df: pd.DataFrame) -> pd.DataFrame:
         rows.append({"problem": pid, "category": g["category"].iloc[0], "model": model, "samples": len(g),
                      "pass@1": (g["status"] == Status.CORRECT.value).mean(),
                      "best speedup": best["speedup"] if best is not None else math.nan,
-                     "SOL fraction of best": best["sol_fraction"] if best is not None else math.nan})
+                     "SOL fraction of best": best["sol_fraction"] if best is not None else math.nan,
+                     "SOL": {"traced": "estimate (traced)"}.get(best.get("sol_source", ""), "")
+                     if best is not None else ""})
     return pd.DataFrame(rows, columns=["problem", "category", "model", "samples", "pass@1", "best speedup",
-                                       "SOL fraction of best"])
+                                       "SOL fraction of best", "SOL"])
 
 
 def category_speedups(df: pd.DataFrame) -> pd.DataFrame:
@@ -284,6 +312,10 @@ def build(df: pd.DataFrame, title: str = "pkb_ray report") -> tuple[str, str]:
     if spread is not None:
         sections["nodes"] = "Across nodes"
         blocks["nodes"] = html_table(spread)
+    both = verdicts(df)
+    if both is not None:
+        sections["verdicts"] = "PKB's verdict beside pkb_ray's"
+        blocks["verdicts"] = html_table(both)
     if rounds is not None:
         sections["refinement"] = "After each refinement round"
         blocks["refinement"] = html_table(rounds)
@@ -304,6 +336,7 @@ def build(df: pd.DataFrame, title: str = "pkb_ray report") -> tuple[str, str]:
         f"## {SECTIONS['failures']}", "", NOTES["failures"], "", markdown_table(failures),
         f"## {SECTIONS['problems']}", "", NOTES["problems"], "", markdown_table(problems),
     ] + ([f"## {sections['nodes']}", "", NOTES["nodes"], "", markdown_table(spread)] if spread is not None else [])
+      + ([f"## {sections['verdicts']}", "", NOTES["verdicts"], "", markdown_table(both)] if both is not None else [])
       + ([f"## {sections['refinement']}", "", NOTES["refinement"], "", markdown_table(rounds)]
          if rounds is not None else []))
     return page, md

@@ -1,6 +1,7 @@
 """Reading samples (replay folders, JSONL, Parquet) and writing results (partitioned Parquet).
 
-A replay folder holds one sub-folder per problem id and one ``.py`` file per sample, named
+A folder of ParallelKernelBench solution files is read by :mod:`pkb_ray.pkb.solutions`. A replay
+folder holds one sub-folder per problem id and one ``.py`` file per sample, named
 ``<index>_<label>.py``; comment lines ``# key: value`` at the top become the sample's metadata
 (the shipped set says ``# expect: <status>`` in each file). JSONL and Parquet rows have the
 fields of :class:`pkb_ray.schema.Sample`. Rows are returned as plain dicts: validating them
@@ -17,6 +18,7 @@ from typing import Any, Iterable
 
 import pyarrow.parquet as pq
 
+from pkb_ray.pkb.solutions import is_solution_folder, read_solutions
 from pkb_ray.schema import RESULT_SCHEMA, Result, is_final, results_to_table
 
 _HEADER = re.compile(r"^#\s*([a-z_]+):\s*(.*?)\s*$")
@@ -28,6 +30,8 @@ def read_samples(path: str | Path, model: str = "replay") -> list[dict[str, Any]
         return _read_file(path)
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: no such sample file or folder")
+    if is_solution_folder(path):  # ParallelKernelBench's <N>_<name>_<backend>.py files
+        return read_solutions(path, None if model == "replay" else model)
     files = sorted(p for p in path.rglob("*") if p.suffix in (".jsonl", ".parquet"))
     if files:
         return [row for f in files for row in _read_file(f)]

@@ -23,6 +23,7 @@ class Status(str, Enum):
     """The closed taxonomy of outcomes, in pipeline order."""
 
     INVALID_SAMPLE = "invalid_sample"  # the row cannot be evaluated as given (unknown problem, no solution(), ...)
+    UNSUPPORTED_HARDWARE = "unsupported_hardware"  # needs what this hardware lacks or forbids (NVLink multicast)
     COMPILE_ERROR = "compile_error"  # Python SyntaxError, nvcc error
     IMPORT_ERROR = "import_error"  # the module raised while being imported on a rank
     RUNTIME_ERROR = "runtime_error"  # solution(...) raised on some rank
@@ -92,6 +93,10 @@ class Result(BaseModel):
     speedup: float | None = None  # ref_time_us / cand_time_us
     sol_time_us: float | None = None  # speed-of-light lower bound for this problem/size/hardware
     sol_fraction: float | None = None  # sol_time_us / cand_time_us
+    sol_source: str = ""  # "model": the problem's own bound; "traced": estimated from one reference call
+    # ParallelKernelBench's own rule on the same outputs: allclose(1e-2) after a float cast, first call
+    # only, dtype and inputs not checked. None where no trial was compared (invalid, unsupported, ...)
+    pkb_verdict: bool | None = None
     hardware: str = ""
     device_backend: str = ""  # gloo | nccl
     versions: dict[str, str] = Field(default_factory=dict)
@@ -181,6 +186,8 @@ RESULT_SCHEMA = pa.schema(
         ("speedup", pa.float64()),
         ("sol_time_us", pa.float64()),
         ("sol_fraction", pa.float64()),
+        ("sol_source", pa.string()),
+        ("pkb_verdict", pa.bool_()),
         ("hardware", pa.string()),
         ("device_backend", pa.string()),
         ("versions", pa.map_(pa.string(), pa.string())),

@@ -20,6 +20,23 @@ def resolve_path(path: str) -> Path:
     return p if p.is_absolute() or p.exists() else REPO_ROOT / p
 
 
+def with_problems_folder(cfg: SweepConfig) -> SweepConfig:
+    """``cfg`` with ``problems_dir`` naming the folder its problems are loaded from everywhere (gangs,
+    compile workers, rank processes): for ``problems.format=pkb`` the generated PKB problem files."""
+    if cfg.problems.format == "native":
+        return cfg
+    if not cfg.pkb.root:
+        raise ConfigError("pkb.root: problems.format=pkb needs the path of a ParallelKernelBench checkout")
+    from pkb_ray.pkb.checkout import CheckoutError
+    from pkb_ray.pkb.shims import write_shims
+
+    try:
+        folder = write_shims(resolve_path(cfg.pkb.root), cfg.pkb.shim_dir, faithful=cfg.pkb.faithful_inputs)
+    except CheckoutError as exc:
+        raise ConfigError(str(exc)) from None
+    return cfg.model_copy(update={"problems_dir": str(folder)})
+
+
 def private_paths(cfg: SweepConfig) -> list[Path]:
     """What no rank process may read or write: the run's outputs (results, generated samples, W&B
     files) and the sample files. A folder that holds the code or the Python the ranks need (e.g.

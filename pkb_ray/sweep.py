@@ -27,8 +27,9 @@ from pkb_ray.problem import ProblemError, load_problems
 from pkb_ray.report import across_nodes
 from pkb_ray.report import prepare as prepare_rows
 from pkb_ray.report import write as write_report
+from pkb_ray.pkb.solutions import number_mismatches
 from pkb_ray.samples import newest, read_results, read_samples
-from pkb_ray.selection import check_against_problems, resolve_path
+from pkb_ray.selection import check_against_problems, resolve_path, with_problems_folder
 from pkb_ray.stages.generate import first_requests, generate, refine_requests
 from pkb_ray.summary import format_summary
 from pkb_ray.tracking import Tracker
@@ -42,6 +43,7 @@ def run(cfg: SweepConfig, out_dir: Path, sweep_group: str | None = None, job: st
     ``sweep_group`` (the sweep's folder name under ``-m``) groups the jobs of one sweep in W&B;
     ``job`` names this job among them (its overrides).
     """
+    cfg = with_problems_folder(cfg)
     problems = load_problems(resolve_path(cfg.problems_dir) if cfg.problems_dir else None)
     chosen = check_against_problems(cfg, problems)
     results_dir = resolve_path(cfg.results_dir) if cfg.results_dir else out_dir / "results"
@@ -49,7 +51,9 @@ def run(cfg: SweepConfig, out_dir: Path, sweep_group: str | None = None, job: st
     generated_dir = resolve_path(cfg.generated_dir) if cfg.generated_dir else out_dir / "generated"
     if cfg.model.provider == "replay":
         # all problems: a row naming a problem of none is kept (validate reports it), one of another set is not
-        rows = select_rows(read_samples(resolve_path(cfg.model.samples), cfg.model.name), cfg, problems)
+        rows = read_samples(resolve_path(cfg.model.samples), cfg.model.name)
+        number_mismatches(rows, {pid: p.module.NUMBER for pid, p in problems.items() if hasattr(p.module, "NUMBER")})
+        rows = select_rows(rows, cfg, problems)
         start_ray(cfg)
     else:
         api_key(cfg.model)  # a missing key fails here, before any work

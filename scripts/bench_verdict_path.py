@@ -37,6 +37,7 @@ def main() -> None:
     p.add_argument("--size", default="default")
     p.add_argument("--reps", type=int, default=3, help="samples per problem (the first one stores the references)")
     p.add_argument("--rounds", type=int, default=None, help="override eval.rounds (the timed part, not measured here)")
+    p.add_argument("--warmup", type=int, default=None, help="override eval.warmup (not part of what is measured)")
     p.add_argument("--timeout", type=float, default=None, help="override eval.timeout_s (CPU at default size is slow)")
     p.add_argument("--isolation", default="sandbox")
     p.add_argument("--problems", default=",".join(PROBLEMS))
@@ -46,7 +47,8 @@ def main() -> None:
     gpu = args.device == "cuda"
     eval_cfg = OmegaConf.to_container(OmegaConf.load(REPO / f"conf/eval/{'gpu' if gpu else 'cpu'}.yaml"))
     eval_cfg.update(size=args.size, isolation=args.isolation, **({"rounds": args.rounds} if args.rounds else {}),
-                    **({"timeout_s": args.timeout} if args.timeout else {}))
+                    **({"timeout_s": args.timeout} if args.timeout else {}),
+                    **({"warmup": args.warmup} if args.warmup is not None else {}))
     hw = HardwareConfig(**OmegaConf.to_container(OmegaConf.load(REPO / "conf/hardware" /
                                                                 f"{'h200_2' if gpu else 'cpu_gloo'}.yaml")))
     tmp = Path(tempfile.mkdtemp(prefix="bench-verdict-"))

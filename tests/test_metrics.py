@@ -122,6 +122,7 @@ def test_status_counts_every_status_in_enum_order_with_zeros():
     assert list(counts) == [s.value for s in Status]
     assert counts == {
         "invalid_sample": 0,
+        "unsupported_hardware": 0,
         "compile_error": 0,
         "import_error": 0,
         "runtime_error": 0,
@@ -172,9 +173,19 @@ def test_summarize_columns(results):
     assert summary_columns((1, 2)) == [
         "n", "pass@1", "pass@2", "fast_1.0@1", "fast_1.5@1", "fast_2.0@1",
         "geomean_speedup", "median_speedup", "median_sol_fraction",
-        "n_invalid_sample", "n_compile_error", "n_import_error", "n_runtime_error",
+        "n_invalid_sample", "n_unsupported_hardware", "n_compile_error", "n_import_error", "n_runtime_error",
         "n_timeout", "n_crash", "n_wrong_output", "n_tampering", "n_correct",
     ]  # fmt: skip
+
+
+def test_unsupported_hardware_is_neither_a_pass_nor_a_failure(results):
+    refused = results.iloc[[0]].assign(status="unsupported_hardware", problem_id="only_refused")
+    base = summarize(results, ["model"], ks=(1,)).set_index("model")
+    more = summarize(pd.concat([results, refused, refused.assign(problem_id=results.iloc[0]["problem_id"])]),
+                     ["model"], ks=(1,)).set_index("model")
+    model = results.iloc[0]["model"]
+    assert more.loc[model, "pass@1"] == base.loc[model, "pass@1"] and more.loc[model, "n_unsupported_hardware"] == 2
+    assert more.loc[model, "n"] == base.loc[model, "n"] + 2
 
 
 def test_summarize_by_model_averages_per_problem(results):

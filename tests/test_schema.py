@@ -16,7 +16,7 @@ def test_arrow_schema_has_every_result_field_in_order():
 
 
 def test_status_taxonomy_is_closed_and_ordered():
-    assert [s.value for s in Status] == ["invalid_sample", "compile_error", "import_error", "runtime_error",
+    assert [s.value for s in Status] == ["invalid_sample", "unsupported_hardware", "compile_error", "import_error", "runtime_error",
                                          "timeout", "crash", "wrong_output", "tampering", "correct"]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -28,12 +29,14 @@ import torch
 import torch.distributed as dist
 
 from pkb_ray import correctness, timing
-from pkb_ray.correctness import aliases, compare, copy_tree, fingerprint, fingerprints, output_devices, poison_like, structure
+from pkb_ray.correctness import (aliases, compare, copy_tree, fingerprint, fingerprints, output_devices, pkb_agrees,
+                                 poison_like, structure)
 from pkb_ray.problem import DTYPES, InputContext, Problem, Tolerance, load_problem
 from pkb_ray.runner import protocol, tensor_io
 from pkb_ray.runner.protocol import StepFailed, set_phase, tensor_file
 from pkb_ray.runner.resident import BUDGET_BYTES, Resident
 from pkb_ray.runner.tensor_io import TensorFileError
+from pkb_ray.runner.trace import traced_call
 from pkb_ray.timing import call_seed, fresh_inputs, timed_region
 
 
@@ -105,17 +108,21 @@ class RankSession:
 
     def reference(self, cmd: dict[str, Any]) -> dict[str, Any]:
         out_dir = Path(cmd["out_dir"])
-        shapes, shared = {}, {}
+        shapes, shared, traffic = {}, {}, None
         for seed in cmd["seeds"]:
             self._phase(f"reference seed={seed}")
             inputs = self._inputs(seed)
-            out = self.problem.solution(*inputs)
+            if traffic is None and getattr(self.problem.module, "TRACE_SOL", False):  # no bound of its own
+                out, traffic = traced_call(self.problem.solution, inputs)
+            else:
+                out = self.problem.solution(*inputs)
             self._sync()
             shapes[str(seed)], shared[str(seed)] = structure(out), aliases(out, inputs)
             value = {"outputs": out, "inputs_after": inputs}
             digest = tensor_io.write(tensor_file(out_dir, seed, self.rank), value, digest=True)
             self.resident.put(digest, copy_tree(value))  # the next check needs no read (the key is the content)
-        return {"status": "ok", "structure": shapes, "aliases": shared, "devices": output_devices(out)}
+        return {"status": "ok", "structure": shapes, "aliases": shared, "devices": output_devices(out),
+                "traffic": traffic}
 
     def check_trials(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Compare the candidate's trial outputs (and inputs after the call) with the reference's."""
@@ -132,11 +139,13 @@ class RankSession:
                 found.append(_finding(seed, "output", f"outputs unreadable: {exc}"))
                 continue
             bad = compare(expected["outputs"], actual.get("outputs"), tol.atol, tol.rtol, "output")
+            pkb = pkb_agrees(expected["outputs"], actual.get("outputs")) if seed == cmd["seeds"][0] else None
             if bad is None:
                 bad = compare(expected["inputs_after"], actual.get("inputs_after"), 0.0, 0.0, "input")
                 if bad is not None:
                     bad = type(bad)(bad.where, "changed by the call (the reference leaves it as it was): " + bad.message)
-            found.append(_finding(seed, bad.where, bad.message, bad.max_abs_error) if bad else _finding(seed))
+            found.append({**(_finding(seed, bad.where, bad.message, bad.max_abs_error) if bad else _finding(seed)),
+                          "pkb": pkb})
         return {"status": "ok", "checks": found}
 
     def check_timed(self, cmd: dict[str, Any]) -> dict[str, Any]:
@@ -171,6 +180,8 @@ class RankSession:
     # -- candidate sets ------------------------------------------------------------------------
 
     def trials(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        # torch extensions a candidate builds on the rank (load_inline) go to its own job folder
+        os.environ["TORCH_EXTENSIONS_DIR"] = str(self.job_dir / "torch_extensions")
         self._phase("import")
         try:
             module = load_candidate(cmd["candidate_path"])

@@ -8,8 +8,9 @@ most of a sample's time outside its timed rounds. Here a file is::
 
     b"PKBTNS01" | header length (8 bytes, little endian) | JSON header | padding | raw tensor bytes
 
-The header holds the value's tree (tensors, tuples, lists, str-keyed dicts, JSON scalars; anything
-else by its type's name only, see :class:`Unsupported`) and, per
+The header holds the value's tree (tensors, tuples, lists, str-keyed dicts, JSON scalars; process
+groups, modules and sparse tensors by what they hold (:func:`_canonical`); anything else by its
+type's name only, see :class:`Unsupported`) and, per
 tensor, dtype, shape and offset (64-byte aligned). A reader never unpickles anything: it reads the
 whole file into one buffer (pinned when the target is a GPU), checks the header against the file's
 size, optionally checks the buffer's SHA-256, and makes each tensor a view of the buffer (CPU) or a
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 MAGIC = b"PKBTNS01"
 ALIGN = 64
@@ -107,6 +109,7 @@ def read(path: Path, device: torch.device | str = "cpu", sha256: str | None = No
 # -- writing -------------------------------------------------------------------------------------
 
 def _encode(value: Any, tensors: list[torch.Tensor]) -> Any:
+    value = _canonical(value)
     if isinstance(value, torch.Tensor):
         if value.layout != torch.strided or _dtype_name(value.dtype) not in DTYPES:
             return {"other": f"{value.layout} tensor of {value.dtype}".replace("torch.", "")}
@@ -119,6 +122,33 @@ def _encode(value: Any, tensors: list[torch.Tensor]) -> Any:
     if value is None or isinstance(value, (bool, str)) or type(value) in (int, float):
         return {"v": value}
     return {"other": type(value).__name__}
+
+
+def canonical(value: Any) -> Any:
+    """``value`` with every process group, module and sparse tensor in it replaced by what stands
+    for it in a file (what a reader of the file would get back, before copying)."""
+    value = _canonical(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(canonical(v) for v in value)
+    if isinstance(value, dict):
+        return {k: canonical(v) for k, v in value.items()}
+    return value
+
+
+def _canonical(value: Any) -> Any:
+    """What stands for values that are not data but carry some (PKB's inputs and outputs hold them):
+    a process group is its ranks, a module its state, a sparse tensor its indices, values and shape."""
+    if isinstance(value, torch.Tensor) and value.layout == torch.sparse_coo:
+        value = value.detach().coalesce()
+        return ("sparse_coo", value.indices(), value.values(), list(value.shape))
+    if isinstance(value, torch.nn.Module):
+        return {"module": type(value).__name__, **{f"state.{k}": t for k, t in value.state_dict().items()}}
+    if dist.is_available() and isinstance(value, dist.ProcessGroup):
+        try:
+            return ("process_group", *dist.get_process_group_ranks(value))
+        except (RuntimeError, ValueError):  # not a member, or torn down
+            return ("process_group",)
+    return value
 
 
 def _host_bytes(flat: list[torch.Tensor], specs: list[dict], total: int) -> list[memoryview]:
@@ -138,7 +168,8 @@ def _host_bytes(flat: list[torch.Tensor], specs: list[dict], total: int) -> list
         if spec["nbytes"]:
             staging[spec["offset"]:end].copy_(f.view(torch.uint8), non_blocking=True)
         staging[end:_aligned(end)].zero_()  # the same value, the same bytes (and digest)
-    torch.cuda.synchronize()
+    for device in {f.device for f in flat if f.is_cuda}:  # each copy runs on its source's device
+        torch.cuda.synchronize(device)
     last = specs[-1]["offset"] + specs[-1]["nbytes"] if specs else 0
     return [_view(staging[:last])]
 

@@ -3,7 +3,9 @@
 A row that cannot be evaluated as given becomes an ``invalid_sample`` result: not a valid Sample
 record, an unknown problem, a world size the problem does not support, an unknown backend, empty
 or oversized source, no top-level ``solution`` function, or a ``solution`` whose parameters
-differ from the reference's. Source that does not parse is left to the compile stage, which
+differ from the reference's (PKB solutions, which PKB calls positionally, need only as many).
+A sample that needs NVLink multicast on hardware that has it off becomes ``unsupported_hardware``
+(:mod:`pkb_ray.pkb.static`): it is never built or launched. Source that does not parse is left to the compile stage, which
 reports it as ``compile_error`` with the compiler's message.
 """
 
@@ -15,14 +17,19 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from pkb_ray.pkb.solutions import REMOVED
+from pkb_ray.pkb.static import PK_BACKEND, multicast_use, pk_world_size
 from pkb_ray.problem import Problem
 from pkb_ray.schema import Result, Sample, Status
 
-BACKENDS = ("torch", "triton", "cuda")  # every backend is a Python module defining solution(...)
+# every backend is a Python module defining solution(...); ParallelKittens comes from PKB's solutions
+BACKENDS = ("torch", "triton", "cuda", PK_BACKEND)
 MAX_SOURCE_BYTES = 512 * 1024
 
 
-def validate(row: dict[str, Any], problems: dict[str, Problem], world_size: int) -> Sample | Result:
+def validate(row: dict[str, Any], problems: dict[str, Problem], world_size: int, multicast: bool = False,
+             hardware: str = "") -> Sample | Result:
+    """``multicast``: whether the hardware (profile ``hardware``) lets samples use NVLink multicast."""
     sample, error = _as_sample(row)
     if sample is None:
         digest = hashlib.sha256(repr(sorted(row.items())).encode()).hexdigest()[:16]  # stable across runs
@@ -31,9 +38,14 @@ def validate(row: dict[str, Any], problems: dict[str, Problem], world_size: int)
                       backend=str(row.get("backend", "")), status=Status.INVALID_SAMPLE, message=error,
                       world_size=world_size, source=str(row.get("source", ""))[:MAX_SOURCE_BYTES])
     problem = problems.get(sample.problem_id)
+    category = problem.meta.category if problem else ""
+    found = "" if multicast else multicast_use(sample.source, sample.backend)
+    if found:
+        return Result.for_sample(sample, Status.UNSUPPORTED_HARDWARE, f"needs NVLink multicast, which hardware "
+                                 f"{hardware or '(this profile)'} has off (nvlink_multicast: false): {found}",
+                                 world_size=world_size, category=category)
     why = _problem_mismatch(sample, problem, world_size) or _source_problem(sample, problem)
     if why:
-        category = problem.meta.category if problem else ""
         return Result.for_sample(sample, Status.INVALID_SAMPLE, why, world_size=world_size, category=category)
     return sample
 
@@ -50,11 +62,16 @@ def _as_sample(row: dict[str, Any]) -> tuple[Sample | None, str]:
 
 def _problem_mismatch(sample: Sample, problem: Problem | None, world_size: int) -> str:
     if problem is None:
+        if sample.metadata.get("pkb_problem") == REMOVED:
+            return f"problem {sample.metadata.get('pkb_name', sample.problem_id)!r} was removed from PKB upstream"
         return f"unknown problem id {sample.problem_id!r}"
     if not problem.meta.world_sizes.supports(world_size):
         return f"problem {problem.id} does not support world size {world_size} ({problem.meta.world_sizes})"
     if sample.backend not in BACKENDS:
         return f"unknown backend {sample.backend!r}; known: {', '.join(BACKENDS)}"
+    if sample.backend == PK_BACKEND and pk_world_size(sample.source) != world_size:
+        return f"a ParallelKittens kernel built for {pk_world_size(sample.source)} devices (NUM_DEVICES) cannot " \
+               f"run at world size {world_size}"
     return ""
 
 
@@ -78,6 +95,10 @@ def _source_problem(sample: Sample, problem: Problem) -> str:
     if isinstance(fn, ast.AsyncFunctionDef):
         return "solution must be a plain function, not async"
     params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    if sample.metadata.get("format") == "pkb":  # PKB calls solution(*inputs): names are free
+        if fn.args.vararg is None and len(params) != len(problem.signature):
+            return f"solution takes {len(params)} arguments; the reference takes {len(problem.signature)}"
+        return ""
     if fn.args.vararg is None and params != problem.signature:
         return f"solution({', '.join(params)}) must keep the reference's parameters ({', '.join(problem.signature)})"
     return ""

@@ -1,0 +1,3 @@
+# a problem PKB removed
+def solution(params, grads):
+    return params
