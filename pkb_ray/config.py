@@ -250,6 +250,13 @@ class SweepConfig(_Strict):
     def cache_path(self) -> Path:
         return Path(self.cache_dir).expanduser()
 
+    @model_validator(mode="after")
+    def _generated_backends(self) -> "SweepConfig":
+        if self.model.provider != "replay" and "parallelkittens" in (self.backend.backends or []):
+            raise ValueError("backend.backends: parallelkittens samples come from PKB's solution folders "
+                             "(model.samples); a model is asked for torch, cuda or triton")
+        return self
+
 
 def validate_config(raw: dict[str, Any], source: str = "config") -> SweepConfig:
     """Validate a composed config; raise ConfigError naming the first bad key."""

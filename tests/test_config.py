@@ -94,11 +94,12 @@ def test_backend_choice_selects_samples(problems):
 
     rows = read_samples(REPO / "samples" / "replay") + read_samples(REPO / "kernels", model="kernels")
     picked = {b: select_rows(rows, validate_config(composed(f"backend={b}")), problems)
-              for b in ("all", "torch", "cuda", "triton")}
+              for b in ("all", "torch", "cuda", "triton", "parallelkittens")}
     assert len(picked["all"]) == len(rows)
     assert {r["backend"] for r in picked["cuda"]} == {"cuda"} and len(picked["cuda"]) >= 5
     assert {r["backend"] for r in picked["triton"]} == {"triton"}
-    assert len(picked["torch"]) + len(picked["cuda"]) + len(picked["triton"]) == len(rows)
+    assert {r["backend"] for r in picked["parallelkittens"]} == {"parallelkittens"}
+    assert sum(len(picked[b]) for b in ("torch", "cuda", "triton", "parallelkittens")) == len(rows)
 
 
 def test_problem_choice_selects_samples_and_keeps_rows_of_unknown_problems(problems):
@@ -136,3 +137,11 @@ def test_an_isolation_level_that_cannot_be_had_fails_at_start_naming_the_key(mon
         assert "eval.isolation" in str(err.value) and "/nonexistent/bwrap" in str(err.value)
     finally:
         sandbox.probe.cache_clear()
+
+
+def test_a_model_is_never_asked_for_parallelkittens():
+    raw = {"model": {"provider": "openai", "name": "m", "base_url": "http://127.0.0.1:9/v1", "model_id": "m"},
+           "backend": {"backends": ["cuda", "parallelkittens"]}}
+    with pytest.raises(ConfigError, match="backend.backends: parallelkittens samples come from PKB"):
+        validate_config(raw)
+    assert validate_config({"backend": {"backends": ["parallelkittens"]}}).backend.backends == ["parallelkittens"]

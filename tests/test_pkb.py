@@ -79,7 +79,7 @@ def test_solution_folders_are_matched_by_name_with_aliases_and_mismatched_number
     rows = read_samples(SOLUTIONS)
     number_mismatches(rows, {pid: p.module.NUMBER for pid, p in problems.items()})
     by_file = {r["metadata"]["file"]: r for r in rows}
-    assert {r["model"] for r in rows} == {"tiny-model"} and len(rows) == 6
+    assert {r["model"] for r in rows} == {"tiny-model"} and len(rows) == 7
     assert by_file["5_rms_norm_cuda.py"]["problem_id"] == "pkb_tp_rms_norm"
     assert by_file["5_rms_norm_cuda.py"]["metadata"]["pkb_alias"] == "rms_norm -> tp_rms_norm"
     assert "is 4" in by_file["5_rms_norm_cuda.py"]["metadata"]["pkb_number_mismatch"]
@@ -157,6 +157,7 @@ def test_a_sweep_over_pkb_problems_and_solutions_gives_both_verdicts(tmp_path):
         ("pkb_allreduce", "parallelkittens"): ("unsupported_hardware", None),
         ("pkb_scaled_allgather", "cuda"): ("correct", True),  # numbered 7, named scaled_allgather
         ("pkb_grouped_linear", "cuda"): ("wrong_output", True),  # float64 for float32: PKB does not look
+        ("pkb_grouped_linear", "triton"): ("correct", True),  # a module and a group among its inputs
         ("pkb_tp_rms_norm", "cuda"): ("wrong_output", True),  # rms_norm: writes into its input
         ("pkb_fsdp_adamw_sharded", "cuda"): ("invalid_sample", None),
     }, df[["problem_id", "status", "message"]].to_string()

@@ -29,10 +29,11 @@ def test_values_round_trip_bit_exactly_with_their_digest(tmp_path):
 
 
 def test_values_it_cannot_carry_compare_as_what_they_were(tmp_path):
-    tensor_io.write(tmp_path / "a", {"outputs": (object(), torch.zeros(3))})
+    tensor_io.write(tmp_path / "a", {"outputs": (object(), torch.zeros(3), torch.bfloat16, torch.device("cpu"))})
     back = tensor_io.read(tmp_path / "a")["outputs"]
-    assert str(compare((torch.zeros(3), torch.zeros(3)), back, 0, 0)) == "output[0]: expected a tensor, got object"
-    assert compare((torch.zeros(3),), (back[0],), 0, 0) is not None  # never equal, even to itself
+    assert str(compare((torch.zeros(3), torch.zeros(3)), back[:2], 0, 0)) == "output[0]: expected a tensor, got object"
+    assert back[0] == tensor_io.Unsupported("object") and back[0] != tensor_io.Unsupported("Foo")
+    assert back[2:] == (torch.bfloat16, torch.device("cpu"))  # dtypes and devices are carried
 
 
 def test_modules_and_sparse_tensors_travel_as_what_they_hold(tmp_path):

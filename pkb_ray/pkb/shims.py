@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pkb_ray.pkb.checkout import BUILDER, MIN_WORLD_SIZE, Reference, references, sha256
 
-FORMAT = 4  # bump when the generated text changes
+FORMAT = 5  # bump when the generated text changes
 TOLERANCE = {"atol": 1e-2, "rtol": 1e-2,
              "reason": "PKB's one tolerance for every problem and dtype (run_local.py --atol/--rtol defaults)"}
 SIZES = {"small": {"m": 256, "n": 256}, "default": {"m": 1024, "n": 1024}, "large": {"m": 4096, "n": 4096}}
@@ -45,6 +45,7 @@ TRACE_SOL = True  # no bound of its own: the clean ranks trace one reference cal
 NO_ORACLE = True  # PKB states none: the problem check runs the reference and checks its inputs only
 META = {meta!r}
 
+_pkb.use_checkout(PKB_ROOT)  # PKB's solutions import its helpers: `from utils.cuda_helpers import ...`
 solution = _pkb.reference(PKB_ROOT, REFERENCE, __name__)
 
 

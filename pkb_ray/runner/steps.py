@@ -120,7 +120,8 @@ class RankSession:
             shapes[str(seed)], shared[str(seed)] = structure(out), aliases(out, inputs)
             value = {"outputs": out, "inputs_after": inputs}
             digest = tensor_io.write(tensor_file(out_dir, seed, self.rank), value, digest=True)
-            self.resident.put(digest, copy_tree(value))  # the next check needs no read (the key is the content)
+            # the next check needs no read (the key is the content); kept as a reader of the file gets it
+            self.resident.put(digest, copy_tree(tensor_io.canonical(value)))
         return {"status": "ok", "structure": shapes, "aliases": shared, "devices": output_devices(out),
                 "traffic": traffic}
 

@@ -8,7 +8,8 @@ most of a sample's time outside its timed rounds. Here a file is::
 
     b"PKBTNS01" | header length (8 bytes, little endian) | JSON header | padding | raw tensor bytes
 
-The header holds the value's tree (tensors, tuples, lists, str-keyed dicts, JSON scalars; process
+The header holds the value's tree (tensors, tuples, lists, str-keyed dicts, JSON scalars, dtypes and
+devices; process
 groups, modules and sparse tensors by what they hold (:func:`_canonical`); anything else by its
 type's name only, see :class:`Unsupported`) and, per
 tensor, dtype, shape and offset (64-byte aligned). A reader never unpickles anything: it reads the
@@ -42,16 +43,18 @@ _pinned: dict[str, torch.Tensor] = {}  # one reusable pinned staging buffer per 
 
 
 class Unsupported:
-    """Stands for a value the format does not carry (an object, a sparse tensor): it equals nothing,
-    so a comparison reports what it was instead of the writer failing."""
+    """Stands for a value the format does not carry (an arbitrary object): it equals only another
+    stand-in of the same type (a change inside it cannot be seen), so a comparison with anything else
+    reports what it was instead of the writer failing."""
 
     def __init__(self, type_name: str):
         self.type_name = type_name
 
     def __eq__(self, other: object) -> bool:
-        return False
+        return isinstance(other, Unsupported) and other.type_name == self.type_name
 
-    __hash__ = None  # type: ignore[assignment]
+    def __hash__(self) -> int:
+        return hash(self.type_name)
 
     def __repr__(self) -> str:
         return f"<{self.type_name}>"
@@ -121,6 +124,10 @@ def _encode(value: Any, tensors: list[torch.Tensor]) -> Any:
         return {"dict": [[k, _encode(v, tensors)] for k, v in value.items()]}
     if value is None or isinstance(value, (bool, str)) or type(value) in (int, float):
         return {"v": value}
+    if isinstance(value, torch.dtype):
+        return {"dtype": _dtype_name(value)}
+    if isinstance(value, torch.device):
+        return {"device": str(value)}
     return {"other": type(value).__name__}
 
 
@@ -242,6 +249,13 @@ def _decode(node: Any, tensors: list[torch.Tensor], name: str, depth: int = 0) -
         return {str(k): _decode(v, tensors, name, depth + 1) for k, v in body}
     if kind == "v" and (body is None or isinstance(body, (bool, int, float, str))):
         return body
+    if kind == "dtype" and isinstance(body, str) and isinstance(getattr(torch, body, None), torch.dtype):
+        return getattr(torch, body)
+    if kind == "device" and isinstance(body, str):
+        try:
+            return torch.device(body)
+        except RuntimeError:
+            raise TensorFileError(f"{name}: bad device {body[:50]!r}") from None
     if kind == "other" and isinstance(body, str):
         return Unsupported(body[:200])
     raise TensorFileError(f"{name}: bad value tree node {kind!r}")
