@@ -85,9 +85,9 @@ def _rank_main(rank: int, world_size: int, port: int, problems_dir: str, plan: l
         # One file per item, written as soon as it is done: if a later problem kills or hangs the
         # ranks (NCCL aborts a rank stuck in a collective), what was checked before is kept.
         try:
-            tensor_io.write(Path(out_dir) / f"{_item_name(key)}.rank{rank}.pt", result)
+            tensor_io.write(Path(out_dir) / f"{_item_name(key)}.rank{rank}.tensors", result)
         except Exception:  # noqa: BLE001 - e.g. inputs of a kind the file cannot hold
-            tensor_io.write(Path(out_dir) / f"{_item_name(key)}.rank{rank}.pt", {"error": traceback.format_exc(limit=6)})
+            tensor_io.write(Path(out_dir) / f"{_item_name(key)}.rank{rank}.tensors", {"error": traceback.format_exc(limit=6)})
         dist.barrier()  # keep ranks in step: a problem that raised on one rank must not shift the next
     dist.destroy_process_group()
 
@@ -112,7 +112,7 @@ def _run_plan(plan: list, world_size: int, problems_dir: str, out_dir: str, time
             died = f"{type(exc).__name__}: {exc}"[-1500:]
         for i, item in enumerate(remaining):
             key = "|".join(map(str, item))
-            files = [Path(out_dir) / f"{_item_name(key)}.rank{r}.pt" for r in range(world_size)]
+            files = [Path(out_dir) / f"{_item_name(key)}.rank{r}.tensors" for r in range(world_size)]
             if all(f.exists() for f in files):
                 done[key] = [tensor_io.read(f) for f in files]
                 continue

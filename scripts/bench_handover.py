@@ -47,14 +47,12 @@ def main() -> None:
              "inputs_after": (torch.randn(t, h), torch.randn(t, h), torch.randn(h))}
     folder = Path(tempfile.mkdtemp(dir=args.dir))
     old, new = folder / "old.pt", folder / "new.tensors"
-    digest = hashlib.sha256(b"")
 
     def old_write():
         torch.save({"outputs": to_cpu(value["outputs"]), "inputs_after": to_cpu(value["inputs_after"])}, old)
 
     def old_read_reference():
         data = old.read_bytes()
-        digest.update(b"")
         hashlib.sha256(data).hexdigest()
         torch.load(io.BytesIO(data))
 
