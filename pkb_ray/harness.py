@@ -36,6 +36,7 @@ from pkb_ray.ranks import Isolation, RankSet, StepOutcome
 from pkb_ray.reference_store import default_key_file
 from pkb_ray.references import ReferenceChanged, ReferenceFailed, References, base_seeds, trial_seeds
 from pkb_ray.rounds import RoundDriver, Timing
+from pkb_ray.runner.extensions import arch_list
 from pkb_ray.schema import Result, Sample, Status, TrialRecord
 from pkb_ray.timing import median_iqr, sample_time, speedup
 from pkb_ray.verdict import StepView, Verdict, step_failure, tampering, timed_verdict, trial_verdict
@@ -100,6 +101,7 @@ class Harness:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         cache_dir = Path(cache_dir)
         (cache_dir / "cuda").mkdir(parents=True, exist_ok=True)
+        (cache_dir / "torch_ext").mkdir(parents=True, exist_ok=True)  # load_inline builds (runner.extensions)
         self.probe = sandbox.probe(sandbox.Isolation(eval_cfg.isolation))  # raises when the level cannot be had
         self.isolation = self.probe.level.value
         key_dir = default_key_file().parent  # the references' MAC key: a candidate that read it could forge them
@@ -111,7 +113,8 @@ class Harness:
                               | {str(r) for p in problems.values() for r in getattr(p.module, "READABLE", ())}))
         self._isolation = {
             "candidate": Isolation(self.isolation, hide=(*hidden, str(key_dir), str(cache_dir), str(self.work_dir)),
-                                   readable=(str(cache_dir / "cuda"), *needed), gpu=gpu),
+                                   readable=(str(cache_dir / "cuda"), str(cache_dir / "torch_ext"), *needed),
+                                   gpu=gpu),
             # the clean set reads what candidates saved (their job folders) and writes references
             "clean": Isolation(self.isolation, hide=tuple(hidden), readable=(str(self.work_dir), *needed),
                                writable=(str(cache_dir / "references"),), gpu=gpu),
@@ -187,12 +190,16 @@ class Harness:
         # a sample that builds its extensions on the rank (PKB's load_inline) gets the build's time too
         builds = sample.metadata.get("format") == "pkb"
         outcome = ranks.run({**base, "step": "trials", "candidate_path": str(candidate), "seeds": expected.seeds,
-                             "structure": expected.structure, "out_dir": str(out_dir)},
+                             "structure": expected.structure, "out_dir": str(out_dir),
+                             "prebuilt": sample.metadata.get("torch_extensions", ""),
+                             "arch_list": arch_list(self.hardware.arch or DEFAULT_ARCH)},
                             self.cfg.timeout_s + (self.cfg.inline_build_timeout_s if builds else 0.0))
         clock.lap("trials")
+        rank_builds = {"rank_builds": max((int(rep.get("rank_builds") or 0) for rep in outcome.reports.values()),
+                                          default=None)} if builds else {}
         found = step_verdict(outcome, ranks) or tampering(outcome.reports)
         if found:  # by PKB's rule too, a sample that fails to run its first call fails
-            return {"verdict": found, "pkb_verdict": False}
+            return {"verdict": found, "pkb_verdict": False, **rank_builds}
         tol = self.tolerance(problem, dtype)
         try:
             checks = self.references.check_trials(base, expected, out_dir, tol)
@@ -204,7 +211,7 @@ class Harness:
                   for c in rep["checks"]]
         clock.lap("check")
         first = [c.get("pkb") for rep in checks.values() for c in rep["checks"] if c["id"] == expected.seeds[0]]
-        pkb = {"pkb_verdict": bool(first) and all(first)}
+        pkb = {"pkb_verdict": bool(first) and all(first), **rank_builds}
         found = trial_verdict(outcome.reports, checks, expected.reference, device)
         if found:
             return {"verdict": found, "trials": trials, **pkb}

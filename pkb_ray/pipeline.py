@@ -28,12 +28,14 @@ from pkb_ray.problem import Problem, load_problems
 from pkb_ray.samples import finished, write_results
 from pkb_ray.schema import Result, Sample
 from pkb_ray.selection import private_paths
-from pkb_ray.stages.compile import BuildSettings, apply_build, build_settings, build_sources, compile_sample, uses_cuda
+from pkb_ray.stages.compile import (BuildSettings, apply_build, build_inline, build_settings, build_sources,
+                                    compile_sample, needs_build, uses_cuda)
 from pkb_ray.stages.evaluate import GangPool, TaskFeed
 from pkb_ray.stages.validate import validate
 from pkb_ray.telemetry import RunMetrics
 
 log = logging.getLogger(__name__)
+FLUSH_AFTER_S = 1.0  # a result waits at most about this long for the next one before it is written
 
 
 def select_rows(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str, Problem]) -> list[dict[str, Any]]:
@@ -68,10 +70,14 @@ def prepare(row: dict[str, Any], problems: dict[str, Problem], world_size: int, 
 
 def build(sample: Sample, world_size: int, problems: dict[str, Problem], settings: BuildSettings) -> Sample | Result:
     """The CUDA builds of one sample in this process (nothing to do for pure Python)."""
-    if not uses_cuda(sample):
+    problem = problems[sample.problem_id]
+    if uses_cuda(sample):
+        outcome = build_sources(sample.source, settings)
+    elif needs_build(sample):  # PKB's load_inline: the sample imports its problem's checkout
+        outcome = build_inline(sample.source, settings, tuple(getattr(problem.module, "READABLE", ())))
+    else:
         return sample
-    return apply_build(sample, build_sources(sample.source, settings), world_size,
-                       problems[sample.problem_id].meta.category)
+    return apply_build(sample, outcome, world_size, problem.meta.category)
 
 
 def prepare_here(row: dict[str, Any], problems: dict[str, Problem], world_size: int,
@@ -134,7 +140,7 @@ class BuildCuda:
             if kind != "task":
                 continue
             sample = Sample.model_validate_json(payload)
-            if not uses_cuda(sample):
+            if not needs_build(sample):
                 continue
             built = build(sample, int(batch["world"][i]), self.problems, self.settings)
             if isinstance(built, Result):
@@ -148,7 +154,7 @@ class BuildCuda:
 def sample_stream(rows: list[dict[str, Any]], cfg: SweepConfig, problems_dir: str | None, done: set):
     """The Ray Data pipeline up to evaluation: rows -> validate/compile -> CUDA builds, streamed."""
     settings = build_settings(cfg.hardware.arch, cfg.cache_path, cfg.eval.compile_timeout_s, cfg.eval.isolation,
-                              private_paths(cfg))
+                              private_paths(cfg), cfg.eval.inline_build_timeout_s)
     workers = cfg.eval.compile_workers or min(16, max(1, int(ray.cluster_resources().get("CPU", 1))))
     ds = ray.data.from_items([{"row": json.dumps(r, default=str)} for r in rows])
     ds = ds.flat_map(expand_row, fn_kwargs={"cfg": cfg.model_dump(mode="json"), "problems_dir": problems_dir,
@@ -173,6 +179,7 @@ def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[st
     done = finished(results_dir) if resume else set()
     results: list[Result] = []
     unflushed: list[Result] = []
+    flushed_at = [time.monotonic()]
     lock = threading.Lock()  # results arrive from the feed thread (settled rows) and the pool (verdicts)
     groups: dict[tuple, list[Sample]] = {}
     verdicts: dict[tuple, Result] = {}
@@ -187,9 +194,11 @@ def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[st
             unflushed.append(result)
             if on_result:
                 on_result(result)
-            if len(unflushed) >= flush_every:
+            # on disk within about a second of being known, in files of up to flush_every rows
+            if len(unflushed) >= flush_every or time.monotonic() - flushed_at[0] >= FLUSH_AFTER_S:
                 write_results(unflushed, results_dir)
                 unflushed.clear()
+                flushed_at[0] = time.monotonic()
 
     def tasks():
         for item in sample_stream(rows, cfg, problems_dir, done):

@@ -8,7 +8,9 @@ oracle's within the problem's tolerance, and checks that the reference left its 
 A reference that disagrees with an independent computation of the same operation is a bug in
 the benchmark; a tolerance that an exact alternative cannot meet is one too. A problem imported
 from elsewhere that states no oracle (``NO_ORACLE``: ParallelKernelBench's) is probed instead: its
-builder and reference run at W, a seed's inputs come out the same twice, its inputs are left alone.
+builder and reference run at W, a seed's inputs come out the same twice, its inputs are left alone,
+and a second call on the same inputs agrees with the first within the problem's tolerance (the
+reference against itself).
 
 Used by ``tests/test_problems_on_cpu.py`` and ``scripts/check_problems.py``. Spawns processes:
 not for the pipeline.
@@ -78,7 +80,13 @@ def _rank_main(rank: int, world_size: int, port: int, problems_dir: str, plan: l
             out = p.solution(*args)
             unchanged = None if p.meta.mutates_inputs else compare(before, to_cpu(tensor_io.canonical(args)), 0, 0,
                                                                    "input")
-            result = {"inputs": before, "outputs": to_cpu(tensor_io.canonical(out)),
+            outputs = to_cpu(tensor_io.canonical(out))
+            again = None
+            if p.oracle is None:  # no oracle (PKB's problems): the reference against itself, on the same inputs
+                tol = p.tolerance(dtype_name)
+                again = compare(outputs, to_cpu(tensor_io.canonical(p.solution(*inputs_for(
+                    p, size, rank, world_size, DTYPES[dtype_name], seed, device)))), tol.atol, tol.rtol, "output")
+            result = {"inputs": before, "outputs": outputs, "self_differs": str(again) if again else "",
                       "input_changed": str(unchanged) if unchanged else "", "inputs_differ": str(redrawn) if redrawn else ""}
         except Exception:  # noqa: BLE001 - reported per problem, the others still run
             result = {"error": traceback.format_exc(limit=6)}
@@ -163,8 +171,12 @@ def check(problems: dict[str, Problem], ids: list[str], world_size: int, presets
         if changed:
             failures[key] = "reference changed its inputs: " + changed[0]
             continue
+        differs = [f"rank {r}: {g['self_differs']}" for r, g in enumerate(got) if g.get("self_differs")]
+        if differs:
+            failures[key] = "the reference disagrees with itself on the same inputs: " + differs[0]
+            continue
         p = problems[pid]
-        if p.oracle is None:  # an imported problem (PKB) that states none: it ran, reproducibly, at this W
+        if p.oracle is None:  # an imported problem (PKB) that states none: it ran twice, alike, at this W
             continue
         size = dict(p.meta.sizes[preset])
         inputs = [got[r]["inputs"] for r in range(world_size)]

@@ -103,6 +103,8 @@ class Result(BaseModel):
     started_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     finished_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     eval_seconds: float = 0.0  # sample handed to the harness until its verdict
+    compile_seconds: float | None = None  # its builds in the compile stage (CUDA sources, torch extensions)
+    rank_builds: int | None = None  # torch extensions it built on its rank (the compile stage could not)
     timed_seconds: float | None = None  # of which inside the timing step (warmup and rounds), slowest rank
     calls_per_round: int | None = None  # back-to-back calls in one timed round (see pkb_ray.timing)
     phase_seconds: dict[str, float] = Field(default_factory=dict)  # reference, ready, trials, check, timing, cleanup
@@ -120,6 +122,8 @@ class Result(BaseModel):
     @classmethod
     def for_sample(cls, sample: Sample, status: Status, message: str = "", **fields: Any) -> "Result":
         fields.setdefault("round", int(sample.metadata.get("round", 0) or 0))
+        if sample.metadata.get("compile_seconds"):
+            fields.setdefault("compile_seconds", float(sample.metadata["compile_seconds"]))
         return cls(
             sample_key=sample.key,
             problem_id=sample.problem_id,
@@ -194,6 +198,8 @@ RESULT_SCHEMA = pa.schema(
         ("started_at", pa.timestamp("us", tz="UTC")),
         ("finished_at", pa.timestamp("us", tz="UTC")),
         ("eval_seconds", pa.float64()),
+        ("compile_seconds", pa.float64()),
+        ("rank_builds", pa.int32()),
         ("timed_seconds", pa.float64()),
         ("calls_per_round", pa.int32()),
         ("phase_seconds", pa.map_(pa.string(), pa.float64())),

@@ -45,6 +45,7 @@ def main() -> None:
     p.add_argument("--size", default="default")
     p.add_argument("--reps", type=int, default=2, help="evaluations of each sample per level")
     p.add_argument("--skip", default="", help="comma separated: copies, kernels, hostile")
+    p.add_argument("--kernels", default="", help="comma separated parts of kernel file names (default: all)")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     problems = load_problems()
@@ -63,8 +64,10 @@ def main() -> None:
         samples += [("copy", Sample(problem_id=pid, model="copy", sample_index=0, source=problems[pid].source()))
                     for pid in COPIES if pid in problems]
     if "kernels" not in args.skip:
+        wanted = [k for k in args.kernels.split(",") if k]
         samples += [(row["metadata"].get("file", row["problem_id"]), Sample(**row))
-                    for row in read_samples(REPO / "kernels", model="kernels")]
+                    for row in read_samples(REPO / "kernels", model="kernels")
+                    if not wanted or any(k in row["metadata"].get("file", "") for k in wanted)]
     rows = []
     for rep in range(args.reps):
         for kind, sample in samples:
@@ -72,7 +75,7 @@ def main() -> None:
                 t0 = time.monotonic()
                 r = harness[level].evaluate(sample)
                 rows.append({"kind": kind, "problem": r.problem_id, "level": level, "rep": rep, "status": str(r.status),
-                             "speedup": r.speedup, "eval_s": r.eval_seconds, "wall_s": time.monotonic() - t0,
+                             "speedup": r.speedup, "cand_us": r.cand_time_us, "ref_us": r.ref_time_us, "eval_s": r.eval_seconds, "wall_s": time.monotonic() - t0,
                              "phases": r.phase_seconds, "message": r.message[:300]})
                 print(f"{level:8s} {kind:34s} {r.problem_id:22s} {r.status!s:14s} x{r.speedup or 0:6.3f} "
                       f"{r.eval_seconds:6.2f}s {r.phase_seconds}", flush=True)
@@ -118,6 +121,16 @@ def summarize(rows: list[dict]) -> dict:
         ratios = [v["sandbox"]["speedup"] / v["none"]["speedup"] for v in both
                   if v["sandbox"]["speedup"] and v["none"]["speedup"] and v["sandbox"]["kind"] != "copy"]
         out["kernel_speedup_ratio_sandbox_over_none"] = [round(x, 3) for x in ratios]
+    # the 3 % question: each kernel's median time over the repetitions, per level
+    times: dict = {}
+    for r in rows:
+        if r["kind"] != "copy" and r.get("cand_us"):
+            times.setdefault(r["kind"], {}).setdefault(r["level"], []).append(r["cand_us"])
+    out["kernel_median_us"] = {k: {lvl: round(statistics.median(v), 2) for lvl, v in by.items()}
+                               | ({"sandbox_over_none": round(statistics.median(by["sandbox"])
+                                                              / statistics.median(by["none"]), 4)}
+                                  if len(by) == 2 else {})
+                               for k, by in times.items()}
     return out
 
 

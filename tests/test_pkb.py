@@ -78,8 +78,10 @@ def test_inputs_come_from_pkbs_builder_and_constant_ones_are_drawn_anew(problems
 def test_solution_folders_are_matched_by_name_with_aliases_and_mismatched_numbers_noted(problems):
     rows = read_samples(SOLUTIONS)
     number_mismatches(rows, {pid: p.module.NUMBER for pid, p in problems.items()})
+    assert {r["model"] for r in rows} == {"tiny-model", "ext-model"}  # the model is the run folder's
+    rows = [r for r in rows if r["model"] == "tiny-model"]
     by_file = {r["metadata"]["file"]: r for r in rows}
-    assert {r["model"] for r in rows} == {"tiny-model"} and len(rows) == 7
+    assert len(rows) == 7
     assert by_file["5_rms_norm_cuda.py"]["problem_id"] == "pkb_tp_rms_norm"
     assert by_file["5_rms_norm_cuda.py"]["metadata"]["pkb_alias"] == "rms_norm -> tp_rms_norm"
     assert "is 4" in by_file["5_rms_norm_cuda.py"]["metadata"]["pkb_number_mismatch"]
@@ -151,7 +153,8 @@ def test_a_sweep_over_pkb_problems_and_solutions_gives_both_verdicts(tmp_path):
         cwd=tmp_path, env=dict(os.environ, RAY_DISABLE_USAGE_STATS="1"), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     df = read_results(run_dir / "results")
-    got = {(r.problem_id, r.backend): (r.status, r.pkb_verdict) for r in df.itertuples()}
+    mine = df[df["model"] == "tiny-model"]
+    got = {(r.problem_id, r.backend): (r.status, r.pkb_verdict) for r in mine.itertuples()}
     assert got == {
         ("pkb_allreduce", "cuda"): ("correct", True),  # through utils.cuda_helpers of the checkout
         ("pkb_allreduce", "parallelkittens"): ("unsupported_hardware", None),
@@ -161,7 +164,15 @@ def test_a_sweep_over_pkb_problems_and_solutions_gives_both_verdicts(tmp_path):
         ("pkb_tp_rms_norm", "cuda"): ("wrong_output", True),  # rms_norm: writes into its input
         ("pkb_fsdp_adamw_sharded", "cuda"): ("invalid_sample", None),
     }, df[["problem_id", "status", "message"]].to_string()
-    by_problem = df.set_index(["problem_id", "backend"])
+    # torch extensions (load_inline): built in the compile stage when the call's arguments are known
+    # at import, so the rank only imports them; a name known only at run time is built on the rank
+    ext = df[df["model"] == "ext-model"].set_index("problem_id")
+    assert dict(ext["status"]) == {"pkb_allreduce": "correct", "pkb_scaled_allgather": "correct",
+                                   "pkb_grouped_linear": "compile_error"}, ext["message"].to_string()
+    assert "no_such_method" in ext.loc["pkb_grouped_linear", "message"]  # the compiler's own words
+    assert ext.loc["pkb_allreduce", "rank_builds"] == 0 and ext.loc["pkb_allreduce", "compile_seconds"] > 0
+    assert ext.loc["pkb_scaled_allgather", "rank_builds"] == 1
+    by_problem = mine.set_index(["problem_id", "backend"])
     assert "dtype torch.float64, expected torch.float32" in by_problem.loc[("pkb_grouped_linear", "cuda"), "message"]
     assert "input" in by_problem.loc[("pkb_tp_rms_norm", "cuda"), "message"]
     correct = df[df["status"] == "correct"]  # no bound is published for PKB: one reference call, traced

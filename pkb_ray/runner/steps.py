@@ -32,7 +32,7 @@ from pkb_ray import correctness, timing
 from pkb_ray.correctness import (aliases, compare, copy_tree, fingerprint, fingerprints, output_devices, pkb_agrees,
                                  poison_like, structure)
 from pkb_ray.problem import DTYPES, InputContext, Problem, Tolerance, load_problem
-from pkb_ray.runner import protocol, tensor_io
+from pkb_ray.runner import extensions, protocol, tensor_io
 from pkb_ray.runner.protocol import StepFailed, set_phase, tensor_file
 from pkb_ray.runner.resident import BUDGET_BYTES, Resident
 from pkb_ray.runner.tensor_io import TensorFileError
@@ -181,8 +181,11 @@ class RankSession:
     # -- candidate sets ------------------------------------------------------------------------
 
     def trials(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        # torch extensions a candidate builds on the rank (load_inline) go to its own job folder
+        # torch extensions a candidate builds on the rank (load_inline) go to its own job folder;
+        # those the compile stage built for this sample are imported from its cache folder
         os.environ["TORCH_EXTENSIONS_DIR"] = str(self.job_dir / "torch_extensions")
+        builds = extensions.install(Path(cmd["prebuilt"]) if cmd.get("prebuilt") else None,
+                                    self.job_dir / "torch_extensions", cmd.get("arch_list"))
         self._phase("import")
         try:
             module = load_candidate(cmd["candidate_path"])
@@ -207,7 +210,7 @@ class RankSession:
             devices[str(seed)], shared[str(seed)] = output_devices(out), aliases(out, inputs, earlier)
             earlier.append(out)
             tensor_io.write(tensor_file(out_dir, seed, self.rank), {"outputs": out, "inputs_after": inputs})
-        return {"status": "ok", "devices": devices, "aliases": shared}
+        return {"status": "ok", "devices": devices, "aliases": shared, "rank_builds": builds["built"]}
 
     def region(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """k calls of one side on fresh inputs (from the parent's nonce), timed back to back; then a

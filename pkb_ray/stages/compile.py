@@ -6,10 +6,20 @@ the line and the compiler's message). A sample that loads inline CUDA (``load_cu
 architecture, on a pool of CPU-only Ray actors, in parallel; a source shared by several samples
 is built once, and a build already in the cache is not built again. nvcc's errors become the
 sample's ``compile_error`` message.
+
+A ParallelKernelBench sample that builds torch extensions with ``load_inline`` has them built here
+too, by a sandboxed import of the sample (:mod:`pkb_ray.runner.extensions`), into a cache folder of
+its own that its rank imports from.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -18,10 +28,15 @@ from typing import Any, Sequence
 
 import ray
 
+from pkb_ray import sandbox
 from pkb_ray.cuda import DEFAULT_ARCH, BuildSpec, CudaBuildError, build, find_sources
+from pkb_ray.ranks import Isolation as RankIsolation
 from pkb_ray.reference_store import default_key_file
+from pkb_ray.runner import extensions
 from pkb_ray.sandbox import Isolation
 from pkb_ray.schema import Result, Sample, Status
+
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the folder holding pkb_ray (for the child's sys.path)
 
 
 @dataclass(frozen=True)
@@ -31,6 +46,12 @@ class BuildSettings:
     timeout_s: float
     isolation: str = "none"  # nvcc on a candidate's source runs in a sandbox (see pkb_ray.cuda.build)
     hide: tuple[str, ...] = ()  # paths nvcc must not see: the run's outputs, samples, reference cache
+    inline_timeout_s: float = 600.0  # a sample's load_inline builds, together
+
+
+def needs_build(sample: Sample) -> bool:
+    """CUDA sources (``load_cuda``), or torch extensions of a PKB-format sample (``load_inline``)."""
+    return uses_cuda(sample) or (sample.metadata.get("format") == "pkb" and extensions.builds_inline(sample.source))
 
 
 def compile_sample(sample: Sample, world_size: int, category: str = "") -> Sample | Result:
@@ -62,6 +83,54 @@ def build_sources(module_source: str, settings: BuildSettings) -> dict[str, Any]
             return {"error": f"CUDA source {len(keys) + 1}: {exc}", "seconds": time.monotonic() - t0}
         keys.append(spec.key())
     return {"keys": keys, "hits": hits, "seconds": time.monotonic() - t0}
+
+
+def build_inline(module_source: str, settings: BuildSettings, paths: Sequence[str] = ()) -> dict[str, Any]:
+    """Build a sample's ``load_inline`` extensions into its own cache folder: {"folder", "seconds",
+    "built", "skipped"} or {"error"}. ``paths``: what the sample imports besides torch (a PKB
+    checkout), put on its ``sys.path`` and left readable in the sandbox."""
+    t0 = time.monotonic()
+    root = settings.cache_dir.parent / "torch_ext"
+    final = extensions.sample_folder(root, module_source)
+    if (final / "done").exists():
+        return {"folder": str(final), "seconds": time.monotonic() - t0, "built": 0, "skipped": 0, "hits": 1}
+    root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="build-", dir=root))
+    try:
+        (work / "sample.py").write_text(module_source)
+        (work / "ext").mkdir()
+        probe = sandbox.probe(Isolation(settings.isolation))
+        iso = RankIsolation(probe.level.value, hide=(*map(str, sandbox.default_hidden()), *settings.hide),
+                            readable=tuple(p for p in paths if Path(p).exists()), gpu=True)
+        policy = iso.policy(work, 1)
+        argv = [sys.executable, "-m", "pkb_ray.runner.extensions", str(work / "sample.py"), str(work / "ext"),
+                os.pathsep.join([*paths, str(REPO_ROOT)]), extensions.arch_list(settings.arch)]
+        env = sandbox.child_env(os.environ, {"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": os.pathsep.join(
+            [str(REPO_ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)])}, probe.level)
+        cmd = sandbox.command(argv, policy, probe, cwd_in_sandbox=str(work))
+        try:
+            with sandbox.CgroupSlot(probe, policy.limits) as slot:
+                done = subprocess.run(cmd, capture_output=True, text=True, timeout=settings.inline_timeout_s,
+                                      cwd=work, env=env, preexec_fn=sandbox.preexec(policy, probe, slot))
+        except subprocess.TimeoutExpired:
+            return {"error": f"its torch extensions did not build within {settings.inline_timeout_s:.0f} s",
+                    "seconds": time.monotonic() - t0}
+        line = next((ln for ln in reversed(done.stdout.splitlines()) if ln.startswith(extensions.RESULT_MARK)), None)
+        if line is None:  # the child died (or the sample ended it): the rank will build, or fail, itself
+            return {"folder": "", "seconds": time.monotonic() - t0, "built": 0, "skipped": -1}
+        out = json.loads(line[len(extensions.RESULT_MARK):])
+        if "error" in out:
+            return {"error": "torch extension build failed: " + out["error"].replace(str(work) + "/", ""),
+                    "seconds": time.monotonic() - t0}
+        (work / "ext" / "done").write_text(json.dumps(out))
+        try:
+            (work / "ext").rename(final)  # another worker may have won the race: its build is as good
+        except OSError:
+            pass
+        return {"folder": str(final), "seconds": time.monotonic() - t0, "built": out.get("built", 0),
+                "skipped": out.get("skipped", 0)}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 class Compiler:
@@ -100,9 +169,9 @@ class CompilePool:
 
 
 def build_settings(arch: str | None, cache_dir: Path, timeout_s: float, isolation: str = "none",
-                   hide: Sequence[Path] = ()) -> BuildSettings:
+                   hide: Sequence[Path] = (), inline_timeout_s: float = 600.0) -> BuildSettings:
     hide = (*map(str, hide), str(Path(cache_dir) / "references"), str(default_key_file().parent))
-    return BuildSettings(arch or DEFAULT_ARCH, Path(cache_dir) / "cuda", timeout_s, isolation, hide)
+    return BuildSettings(arch or DEFAULT_ARCH, Path(cache_dir) / "cuda", timeout_s, isolation, hide, inline_timeout_s)
 
 
 def apply_build(sample: Sample, outcome: dict[str, Any], world_size: int, category: str) -> Sample | Result:
@@ -110,6 +179,9 @@ def apply_build(sample: Sample, outcome: dict[str, Any], world_size: int, catego
     if "error" in outcome:
         return Result.for_sample(sample, Status.COMPILE_ERROR, outcome["error"], world_size=world_size,
                                  category=category)
-    meta = {**sample.metadata, "cuda_builds": ",".join(outcome["keys"]),
-            "compile_seconds": f"{outcome['seconds']:.2f}"}
+    meta = {**sample.metadata, "compile_seconds": f"{outcome['seconds']:.2f}"}
+    if "keys" in outcome:
+        meta["cuda_builds"] = ",".join(outcome["keys"])
+    if outcome.get("folder"):
+        meta["torch_extensions"] = outcome["folder"]
     return sample.model_copy(update={"metadata": meta})

@@ -1,0 +1,13 @@
+# a C++ error in its extension: compile_error in the compile stage, before any rank starts
+from utils.cuda_helpers import compile_cuda_extension
+
+SRC = """
+#include <torch/extension.h>
+torch::Tensor broken(torch::Tensor x) { return x.no_such_method(); }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("broken", &broken); }
+"""
+_ext = compile_cuda_extension(name="pkb_test_broken", cuda_src=SRC)
+
+
+def solution(x, layer, group):
+    return _ext.broken(x)
