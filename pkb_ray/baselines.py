@@ -30,7 +30,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from pkb_ray.config import ConfigError, SweepConfig, validate_config
-from pkb_ray.gang import start_ray
+from pkb_ray.cluster import start_ray
 from pkb_ray.harness import Harness
 from pkb_ray.problem import Problem, ProblemError, load_problems, sol_time_us
 from pkb_ray.schema import Result, Sample, Status

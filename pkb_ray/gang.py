@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,10 +27,10 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from pkb_ray import sandbox
-from pkb_ray.config import ConfigError, SweepConfig
+from pkb_ray.cluster import NOSET_CUDA
+from pkb_ray.config import SweepConfig
 from pkb_ray.harness import Harness
-from pkb_ray.placement import Layout, fits, no_room
+from pkb_ray.placement import Layout
 from pkb_ray.problem import load_problems
 from pkb_ray.ranks import MULTICAST_OFF
 from pkb_ray.schema import Result, Sample, Status
@@ -39,7 +38,6 @@ from pkb_ray.selection import private_paths
 from pkb_ray.spread import RankHost, SpreadLauncher
 
 log = logging.getLogger(__name__)
-NOSET_CUDA = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
 
 
 def actor_env() -> dict[str, str]:
@@ -47,53 +45,6 @@ def actor_env() -> dict[str, str]:
     env = {NOSET_CUDA: "1"}
     env.update({k: os.environ[k] for k in MULTICAST_OFF if k in os.environ})
     return env
-
-
-def start_ray(cfg: SweepConfig, layouts: list[Layout] | None = None) -> None:
-    """Join the Ray cluster of ``cfg.ray.address``, or start a local one (logical GPUs on CPU); then
-    check that it can hold a gang of each of ``layouts`` (default: every layout of the run), or
-    raise ConfigError naming the key."""
-    announce_isolation(cfg.eval.isolation)
-    os.environ[NOSET_CUDA] = "1"  # ranks pick their own GPU among all of the node's
-    if not ray.is_initialized():
-        _init_ray(cfg)
-    gpus = node_gpus()
-    for lay in cfg.hardware.layouts if layouts is None else layouts:
-        if not fits(lay, gpus):
-            key = ("hardware.world_sizes" if lay.nodes == 1 else
-                   f"hardware.spread.{cfg.hardware.spread_layouts.index(lay)}")
-            raise ConfigError(f"{key}: {no_room(lay, gpus)}")
-
-
-def announce_isolation(level: str) -> sandbox.Probe:
-    """Probe ``eval.isolation`` here and say at start what holds and what does not; a level that
-    cannot be had fails the run (ConfigError naming the key), never a weaker one silently."""
-    try:
-        found = sandbox.probe(sandbox.Isolation(level))
-    except sandbox.SandboxUnavailable as exc:
-        raise ConfigError(f"eval.isolation: {exc}") from None
-    line = f"isolation: {found.describe()}"
-    weak = found.level is sandbox.Isolation.NONE or not found.caps_processes or not found.cgroup
-    print(("WARNING " if weak else "") + line, file=sys.stderr, flush=True)
-    if weak:
-        log.warning("%s (%s)", line, found.reason)
-    return found
-
-
-def node_gpus() -> dict[str, int]:
-    """GPUs (logical ones on a CPU machine) of each live node of the Ray cluster."""
-    return {n["NodeID"]: int(n["Resources"].get("GPU", 0)) for n in ray.nodes() if n["Alive"]}
-
-
-def _init_ray(cfg: SweepConfig) -> None:
-    if cfg.ray.address:
-        ray.init(address=cfg.ray.address)
-        return
-    gpus = cfg.ray.num_gpus
-    if gpus is None and cfg.hardware.device == "cpu":
-        gpus = cfg.hardware.gpus_per_node * cfg.hardware.nodes  # logical GPUs: gangs of gloo ranks
-    ray.init(num_cpus=cfg.ray.num_cpus, num_gpus=gpus, resources=cfg.ray.resources or None,
-             include_dashboard=cfg.ray.include_dashboard, log_to_driver=True, configure_logging=False)
 
 
 class Gang:

@@ -8,15 +8,20 @@ row per group. Its columns, after the ``by`` columns:
 
 ``n``
     number of samples (result rows) in the group.
+``problems``
+    number of (model, problem) units in the group that have a sample the hardware could run.
 ``pass@{k}``
     e.g. ``pass@1``, ``pass@5``: the unbiased pass@k, computed *per problem* (n and c counted
     per (model, problem_id)) and then averaged over the problems in the group, as HumanEval
     and KernelBench do. Samples the hardware could not run (``unsupported_hardware``) are neither
     passes nor failures: they are left out of n and c (still counted in ``n_unsupported_hardware``). A problem with fewer than k samples has no pass@k (NaN) and is left
     out of the mean; the group's value is NaN when no problem has k samples.
+``pass@{k}_problems``
+    over how many of ``problems`` pass@k was taken (those with at least k samples).
 ``fast_{p}@1``
-    e.g. ``fast_1.0@1``, ``fast_1.5@1``, ``fast_2.0@1``: fast_p@1 (success = correct and
-    speedup > p), per problem and then averaged over problems like pass@k.
+    KernelBench's fast_p for p in :data:`FAST_P_THRESHOLDS`, spelled ``fast_0.0@1`` ...
+    ``fast_2.0@1``: fast_p@1 (success = correct and speedup > p; p = 0 counts every correct
+    sample), per problem and then averaged over problems like pass@k.
 ``geomean_speedup``, ``median_speedup``
     over the correct samples of the group, pooled; None/NaN/non-positive speedups are ignored.
     NaN when there is none.
@@ -37,7 +42,7 @@ import pandas as pd
 
 from pkb_ray.schema import Status
 
-FAST_P_THRESHOLDS = (1.0, 1.5, 2.0)
+FAST_P_THRESHOLDS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)  # KernelBench's fast_p, p = 0 is "correct"
 PROBLEM_KEY = ("model", "problem_id")  # the unit pass@k is estimated on
 
 
@@ -128,11 +133,13 @@ def _group_row(g: pd.DataFrame, ks: Sequence[int], ps: Sequence[float]) -> dict[
     """All summary metrics of one group of result rows (see the module docstring)."""
     runnable = g[g["status"] != Status.UNSUPPORTED_HARDWARE.value]
     problems = [_problem_rates(pg, ks, ps) for _, pg in runnable.groupby(list(PROBLEM_KEY), dropna=False)]
-    rates = pd.DataFrame(problems).mean()  # skips NaN: problems with fewer than k samples
+    rates = pd.DataFrame(problems, columns=[pass_col(k) for k in ks] + [fast_col(p) for p in ps])
     ok = g[g["status"] == Status.CORRECT.value]
     return {
         "n": len(g),
-        **rates.to_dict(),
+        "problems": len(problems),
+        **rates.mean().to_dict(),  # skips NaN: problems with fewer than k samples
+        **{f"{pass_col(k)}_problems": int(rates[pass_col(k)].notna().sum()) for k in ks},
         "geomean_speedup": _nan(geomean(ok["speedup"])),
         "median_speedup": _nan(median_speedup(ok["speedup"])),
         "median_sol_fraction": _nan(median_sol_fraction(ok["sol_fraction"])),
@@ -145,8 +152,9 @@ def summary_columns(
 ) -> list[str]:
     """The metric columns :func:`summarize` produces, in order (after the ``by`` columns)."""
     return (
-        ["n"]
+        ["n", "problems"]
         + [pass_col(k) for k in ks]
+        + [f"{pass_col(k)}_problems" for k in ks]
         + [fast_col(p) for p in ps]
         + ["geomean_speedup", "median_speedup", "median_sol_fraction"]
         + [f"n_{s.value}" for s in Status]

@@ -3,8 +3,8 @@
 A Ray Data stream validates each row and checks its Python (``expand_row``, tasks), builds its
 CUDA sources (``BuildCuda``, CPU-only actors), and feeds the gang pool, which evaluates while the
 stream runs. Each row is evaluated at every world size of ``hardware.world_sizes`` that its
-problem supports. Results are flushed to Parquet every ``flush_every`` rows, so a run that dies
-keeps what it finished, and a run resumed on the same folder skips it.
+problem supports. Each result is on disk within about a second (:class:`pkb_ray.results.ResultSink`),
+so a run that dies keeps what it finished, and a run resumed on the same folder skips it.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import functools
 import hashlib
 import json
 import logging
+import sys
 import threading
 import time
 from collections import Counter
@@ -20,12 +21,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 import ray
+from tqdm import tqdm
 
 from pkb_ray.config import SweepConfig
 from pkb_ray.pkb.static import PK_BACKEND, pk_world_size
 from pkb_ray.placement import Layout
 from pkb_ray.problem import Problem, load_problems
-from pkb_ray.samples import finished, write_results
+from pkb_ray.results import ResultSink, finished
 from pkb_ray.schema import Result, Sample
 from pkb_ray.selection import private_paths
 from pkb_ray.stages.compile import (BuildSettings, apply_build, build_inline, build_settings, build_sources,
@@ -35,7 +37,7 @@ from pkb_ray.stages.validate import validate
 from pkb_ray.telemetry import RunMetrics
 
 log = logging.getLogger(__name__)
-FLUSH_AFTER_S = 1.0  # a result waits at most about this long for the next one before it is written
+PROGRESS_EVERY_S = 10.0  # on_progress at most this often during a run (and once at its end)
 
 
 def select_rows(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str, Problem]) -> list[dict[str, Any]]:
@@ -103,25 +105,44 @@ def _problems(problems_dir: str | None) -> dict[str, Problem]:
     return load_problems(problems_dir)
 
 
+def identity(config: SweepConfig, problems: dict[str, Problem], problem_id: Any) -> dict[str, str]:
+    """Where and how this run evaluates a problem's samples, as every result row says it (part of
+    :data:`pkb_ray.results.RESULT_KEY`): the same for a verdict settled before any rank ran."""
+    problem = problems.get(problem_id) if isinstance(problem_id, str) else None
+    size: Any = config.eval.size
+    try:
+        label = problem.size(size)[0] if problem is not None else size
+    except KeyError:
+        label = size
+    label = label if isinstance(label, str) else ",".join(f"{k}={v}" for k, v in sorted(dict(label).items()))
+    dtype = config.eval.dtype or (problem.meta.dtypes[0] if problem is not None else "")
+    return {"hardware": config.hardware.name, "device_backend": config.hardware.backend, "size": label,
+            "dtype": dtype}
+
+
 def expand_row(item: dict[str, Any], cfg: dict[str, Any], problems_dir: str | None,
                done: frozenset) -> list[dict[str, Any]]:
     """Ray Data stage (validate + Python compile): one sample row -> a task or a settled result per world size."""
     config = SweepConfig.model_validate(cfg)
     problems = _problems(problems_dir)
     row = json.loads(item["row"])
+    ident = identity(config, problems, row.get("problem_id"))
     out = []
     for lay in layouts_for(row, problems, config.hardware.layouts):
-        world, where = lay.world_size, {"world": lay.world_size, "nodes": lay.nodes}
+        world, where = lay.world_size, {"world": lay.world_size, "nodes": lay.nodes, "size": ident["size"],
+                                        "dtype": ident["dtype"]}
         prepared = prepare(row, problems, world, multicast=config.hardware.nvlink_multicast,
                            hardware=config.hardware.name)
-        key = prepared.key if isinstance(prepared, Sample) else prepared.sample_key
-        if (key, world, lay.nodes) in done:
+        if isinstance(prepared, Sample):
+            key = (prepared.key, int(prepared.metadata.get("round", 0) or 0))
+        else:
+            key = (prepared.sample_key, prepared.round)
+        if (key[0], world, lay.nodes, ident["size"], ident["dtype"], ident["hardware"], key[1]) in done:
             out.append({"kind": "skip", "payload": "", **where})
         elif isinstance(prepared, Sample):
             out.append({"kind": "task", "payload": prepared.model_dump_json(), **where})
-        else:  # settled before any rank ran: still say where it would have run
-            settled = prepared.model_copy(update={"hardware": config.hardware.name, "nodes": lay.nodes,
-                                                  "device_backend": config.hardware.backend})
+        else:  # settled before any rank ran: still say where and how it would have run
+            settled = prepared.model_copy(update={**ident, "nodes": lay.nodes})
             out.append({"kind": "result", "payload": settled.model_dump_json(), **where})
     return out
 
@@ -144,11 +165,12 @@ class BuildCuda:
                 continue
             built = build(sample, int(batch["world"][i]), self.problems, self.settings)
             if isinstance(built, Result):
-                update = {**self.hardware, "nodes": int(batch["nodes"][i])}
+                update = {**self.hardware, "nodes": int(batch["nodes"][i]), "size": batch["size"][i],
+                          "dtype": batch["dtype"][i]}
                 kinds[i], payloads[i] = "result", built.model_copy(update=update).model_dump_json()
             else:
                 payloads[i] = built.model_dump_json()
-        return {"kind": kinds, "payload": payloads, "world": list(batch["world"]), "nodes": list(batch["nodes"])}
+        return {"kind": kinds, "payload": payloads, **{k: list(batch[k]) for k in ("world", "nodes", "size", "dtype")}}
 
 
 def sample_stream(rows: list[dict[str, Any]], cfg: SweepConfig, problems_dir: str | None, done: set):
@@ -168,7 +190,8 @@ def sample_stream(rows: list[dict[str, Any]], cfg: SweepConfig, problems_dir: st
 
 
 def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str, Problem], results_dir: Path,
-                 flush_every: int = 16, on_result: Callable[[Result], None] | None = None,
+                 flush_every: int = 64, on_result: Callable[[Result], None] | None = None,
+                 on_progress: Callable[[RunMetrics, float], None] | None = None,
                  resume: bool = True, problems_dir: str | None = None, report: dict | None = None) -> list[Result]:
     """Evaluate ``rows`` into ``results_dir``; with ``resume``, rows with a final result there are skipped.
 
@@ -178,31 +201,32 @@ def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[st
     """
     done = finished(results_dir) if resume else set()
     results: list[Result] = []
-    unflushed: list[Result] = []
-    flushed_at = [time.monotonic()]
+    sink = ResultSink(results_dir, max_rows=flush_every)  # on disk within about a second
     lock = threading.Lock()  # results arrive from the feed thread (settled rows) and the pool (verdicts)
     groups: dict[tuple, list[Sample]] = {}
     verdicts: dict[tuple, Result] = {}
     counts = Counter()
 
     metrics = RunMetrics()
+    metrics.total = sum(len(layouts_for(r, problems, cfg.hardware.layouts)) for r in rows)
+    bar = tqdm(total=metrics.total, unit="result", desc="pkb_ray", dynamic_ncols=True, mininterval=1.0,
+               disable=not sys.stderr.isatty())  # in a log (no terminal) the progress line says it instead
 
     def emit(result: Result) -> None:
         metrics.result(result.status.value, result.world_size, 0.0 if result.duplicate_of else result.eval_seconds)
+        bar.update(1)
         with lock:
             results.append(result)
-            unflushed.append(result)
+            sink.add(result)
             if on_result:
                 on_result(result)
-            # on disk within about a second of being known, in files of up to flush_every rows
-            if len(unflushed) >= flush_every or time.monotonic() - flushed_at[0] >= FLUSH_AFTER_S:
-                write_results(unflushed, results_dir)
-                unflushed.clear()
-                flushed_at[0] = time.monotonic()
 
     def tasks():
         for item in sample_stream(rows, cfg, problems_dir, done):
             counts[item["kind"]] += 1
+            if item["kind"] == "skip":
+                metrics.skipped += 1
+                bar.update(1)
             if item["kind"] == "result":
                 emit(Result.model_validate_json(item["payload"]))
             elif item["kind"] == "task":
@@ -221,7 +245,7 @@ def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[st
                     yield sample, lay
 
     pool = GangPool(cfg, metrics)
-    t0 = time.monotonic()
+    t0 = last_progress = time.monotonic()
     try:
         for n, result in enumerate(pool.evaluate(TaskFeed(tasks())), 1):
             key = dedup_key(result, result.layout)
@@ -236,15 +260,18 @@ def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[st
             line = metrics.progress_line()
             if line:
                 log.info("%s | gangs busy %.0f%% of their time", line, 100 * pool.busy_fraction)
+            if on_progress and time.monotonic() - last_progress >= PROGRESS_EVERY_S:
+                on_progress(metrics, pool.busy_fraction)  # e.g. a W&B history step
+                last_progress = time.monotonic()
     finally:
         pool.shutdown()
         if report is not None:  # for benchmarks
             report.update(evaluated=pool.stats["evaluated"], busy_fraction=pool.busy_fraction,
                           busy_s=pool.busy_s, alive_s=pool.alive_s)
-        with lock:
-            if unflushed:
-                write_results(unflushed, results_dir)
-                unflushed.clear()
+        sink.close()
+        bar.close()
+        if on_progress:
+            on_progress(metrics, pool.busy_fraction)
     if counts["skip"]:
         log.info("resume: %d (sample, world size) pairs already have a final result in %s", counts["skip"], results_dir)
     return results

@@ -26,7 +26,7 @@ from typing import Iterable
 import pandas as pd
 
 from pkb_ray.metrics import curves, fast_col, final_and_rounds, pass_col, summarize
-from pkb_ray.samples import newest, read_results
+from pkb_ray.results import newest, read_results
 from pkb_ray.schema import Status
 
 STATUS_COLORS = {
@@ -57,7 +57,7 @@ NOTES = {
     "refinement": "Failed or slow samples went back to the model with the evaluator's feedback; each row counts "
                   "every sample's latest version after that round (round 0: the first answers).",
 }
-SECTIONS = {"leaderboard": "Leaderboard", "pass-at-k": "pass@k and fast_1@k", "speedups": "Speedups of correct samples",
+SECTIONS = {"leaderboard": "Leaderboard", "pass-at-k": "pass@k and fast_1.0@k", "speedups": "Speedups of correct samples",
             "failures": "Why samples fail", "problems": "Per problem"}
 
 
@@ -125,12 +125,12 @@ def leaderboard(df: pd.DataFrame) -> pd.DataFrame:
         "problems": [df.loc[df["model"] == m, "problem_id"].nunique() for m in s["model"]],
         "samples": s["n"],
         "pass@1": s[pass_col(1)],
-        "fast_1@1": s[fast_col(1.0)],
+        "fast_1.0@1": s[fast_col(1.0)],
         "fast_1.5@1": s[fast_col(1.5)],
         "geomean speedup": s["geomean_speedup"],
         "median SOL fraction": s["median_sol_fraction"],
     })
-    board = board.sort_values(["fast_1@1", "pass@1"], ascending=False, na_position="last").reset_index(drop=True)
+    board = board.sort_values(["fast_1.0@1", "pass@1"], ascending=False, na_position="last").reset_index(drop=True)
     board.insert(0, "rank", range(1, len(board) + 1))
     return board
 
@@ -199,7 +199,7 @@ def figure_curves(df: pd.DataFrame) -> str:
 
     c = curves(df, ["model"], ps=(1.0,))
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
-    for ax, metric, title in ((axes[0], "pass", "pass@k"), (axes[1], "fast_1.0", "fast_1@k (correct and faster)")):
+    for ax, metric, title in ((axes[0], "pass", "pass@k"), (axes[1], "fast_1.0", "fast_1.0@k (correct and faster)")):
         for model, g in c[c["metric"] == metric].groupby("model"):
             ax.plot(g["k"], g["value"], marker="o", markersize=3, label=model)
         ax.set_title(title)
@@ -291,7 +291,7 @@ thead th { background: #f5f7fa; position: sticky; top: 0; } svg { max-width: 100
 
 def build(df: pd.DataFrame, title: str = "pkb_ray report") -> tuple[str, str]:
     """(HTML page, Markdown summary) of result rows. With refinement rounds, every section counts
-    each sample's latest version, and a section shows pass@1 and fast_1@1 after each round."""
+    each sample's latest version, and a section shows pass@1 and fast_1.0@1 after each round."""
     spread = across_nodes(prepare(df))
     df, rounds = final_and_rounds(prepare(df))
     board, problems = leaderboard(df), per_problem(df)
@@ -331,7 +331,7 @@ def build(df: pd.DataFrame, title: str = "pkb_ray report") -> tuple[str, str]:
         f"# {title}", "", meta, "",
         f"## {SECTIONS['leaderboard']}", "", NOTES["leaderboard"], "", markdown_table(board),
         f"## {SECTIONS['pass-at-k']}", "", NOTES["pass-at-k"], "",
-        markdown_table(pivot.rename(columns={"pass": "pass@k", "fast_1.0": "fast_1@k"})),
+        markdown_table(pivot.rename(columns={"pass": "pass@k", "fast_1.0": "fast_1.0@k"})),
         f"## {SECTIONS['speedups']}", "", NOTES["speedups"], "", markdown_table(speed),
         f"## {SECTIONS['failures']}", "", NOTES["failures"], "", markdown_table(failures),
         f"## {SECTIONS['problems']}", "", NOTES["problems"], "", markdown_table(problems),
@@ -352,14 +352,29 @@ def write(df: pd.DataFrame, out_dir: Path, title: str = "pkb_ray report") -> tup
     return out_dir / "report.html", out_dir / "report.md"
 
 
-def read_runs(paths: Iterable[Path]) -> pd.DataFrame:
-    """Result rows of one or more runs: each path a results folder, or a run folder holding ``results/``."""
-    frames = []
+def result_folders(paths: Iterable[Path]) -> list[Path]:
+    """The results folders behind ``paths``: a results folder itself, a run folder holding
+    ``results/``, or a Hydra multirun folder holding run folders. Files among them (a shell glob
+    of a multirun folder brings ``multirun.yaml``) are not runs and are passed over."""
+    found = []
     for p in map(Path, paths):
-        folder = p / "results" if (p / "results").is_dir() else p
-        if not folder.is_dir():
-            raise FileNotFoundError(f"{p}: no results folder here")
-        frames.append(read_results(folder))
+        if p.is_file():
+            continue
+        if (p / "results").is_dir():
+            found.append(p / "results")
+        elif p.is_dir() and any(p.glob("model=*")):
+            found.append(p)
+        elif p.is_dir() and any((c / "results").is_dir() for c in p.iterdir() if c.is_dir()):
+            found += sorted(c / "results" for c in p.iterdir() if (c / "results").is_dir())
+        else:
+            raise FileNotFoundError(f"{p}: no results folder here (a run, results or multirun folder)")
+    return found
+
+
+def read_runs(paths: Iterable[Path]) -> pd.DataFrame:
+    """Result rows of one or more runs (see :func:`result_folders`), the newest per result key."""
+    paths = list(paths)
+    frames = [read_results(folder) for folder in result_folders(paths)]
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if df.empty:
         raise ValueError(f"no result rows under {[str(p) for p in paths]}")

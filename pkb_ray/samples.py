@@ -1,4 +1,4 @@
-"""Reading samples (replay folders, JSONL, Parquet) and writing results (partitioned Parquet).
+"""Reading samples: replay folders, JSONL, Parquet (results are :mod:`pkb_ray.results`).
 
 A folder of ParallelKernelBench solution files is read by :mod:`pkb_ray.pkb.solutions`. A replay
 folder holds one sub-folder per problem id and one ``.py`` file per sample, named
@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pyarrow.parquet as pq
 
 from pkb_ray.pkb.solutions import is_solution_folder, read_solutions
-from pkb_ray.schema import RESULT_SCHEMA, Result, is_final, results_to_table
 
 _HEADER = re.compile(r"^#\s*([a-z_]+):\s*(.*?)\s*$")
 
@@ -70,60 +68,3 @@ def _read_replay(root: Path, model: str) -> list[dict[str, Any]]:
                          "sample_index": int(index) if index.isdigit() else len(rows),
                          "backend": meta.pop("backend", "torch"), "source": source, "metadata": meta})
     return rows
-
-
-def write_results(results: Iterable[Result], out_dir: str | Path) -> list[Path]:
-    """Write results as Parquet partitioned by model and problem (hive layout), one new file each.
-
-    Each file is written under a temporary name and renamed, so a reader never sees half a file.
-    """
-    by_partition: dict[tuple[str, str], list[Result]] = {}
-    for r in results:
-        by_partition.setdefault((r.model, r.problem_id), []).append(r)
-    written = []
-    for (model, problem), rows in sorted(by_partition.items()):
-        part = Path(out_dir) / f"model={_safe(model)}" / f"problem_id={_safe(problem)}"
-        part.mkdir(parents=True, exist_ok=True)
-        final = part / f"part-{uuid.uuid4().hex[:12]}.parquet"
-        tmp = final.with_suffix(".parquet.tmp")
-        pq.write_table(results_to_table(rows), tmp)
-        tmp.rename(final)
-        written.append(final)
-    return written
-
-
-def read_results(out_dir: str | Path):
-    """All results under ``out_dir`` as a pandas DataFrame (partition columns restored)."""
-    import pyarrow.dataset as ds
-
-    files = sorted(str(p) for p in Path(out_dir).rglob("*.parquet"))
-    if not files:
-        import pandas as pd
-
-        return pd.DataFrame()
-    # the current schema: files written before a column existed read it as null; before `nodes`
-    # existed, every gang was on one node
-    df = ds.dataset(files, format="parquet", schema=RESULT_SCHEMA).to_table().to_pandas()
-    return df.assign(nodes=df["nodes"].fillna(1).astype(int))
-
-
-def newest(df):
-    """One row per evaluation (sample, world size, nodes, hardware) of :func:`read_results`: the
-    newest. A resumed run evaluates evaluator faults again, and one folder may be read twice."""
-    if df.empty:
-        return df
-    return df.sort_values("finished_at").drop_duplicates(["sample_key", "world_size", "nodes", "hardware"],
-                                                         keep="last")
-
-
-def finished(out_dir: str | Path) -> set[tuple[str, int, int]]:
-    """(sample_key, world_size, nodes) of the final results already under ``out_dir`` (for resuming)."""
-    df = read_results(out_dir)
-    if df.empty:
-        return set()
-    keep = [is_final(st, msg) for st, msg in zip(df["status"], df["message"])]
-    return set(zip(df["sample_key"][keep], df["world_size"][keep].astype(int), df["nodes"][keep]))
-
-
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", name)

@@ -23,6 +23,7 @@ def format_summary(df: pd.DataFrame) -> str:
     statuses = [f"n_{s.value}" for s in Status]
     table["statuses"] = table[statuses].apply(
         lambda row: " ".join(f"{name[2:]}={int(v)}" for name, v in row.items() if v), axis=1)
-    cols = ["model", "problem_id", "n", pass_col(1), pass_col(SHOWN_KS[-1]), fast_col(1.0),
-            "median_speedup", "statuses"]
+    last = pass_col(SHOWN_KS[-1])  # taken only over problems with that many samples: say how many
+    table[f"{last} over"] = [f"{int(k)}/{int(n)}" for k, n in zip(table[f"{last}_problems"], table["problems"])]
+    cols = ["model", "problem_id", "n", pass_col(1), last, f"{last} over", fast_col(1.0), "median_speedup", "statuses"]
     return table[cols].to_string(index=False, float_format=lambda x: f"{x:.2f}", na_rep="-")

@@ -8,7 +8,9 @@ table, and log the run to W&B (offline by default).
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+import time
 from pathlib import Path
 
 import hydra
@@ -19,7 +21,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from pkb_ray.config import ConfigError, SweepConfig, validate_config
-from pkb_ray.gang import start_ray
+from pkb_ray.cluster import start_ray
 from pkb_ray.llm import GenerationError, api_key
 from pkb_ray.metrics import final_and_rounds
 from pkb_ray.pipeline import run_pipeline, select_rows
@@ -28,7 +30,8 @@ from pkb_ray.report import across_nodes
 from pkb_ray.report import prepare as prepare_rows
 from pkb_ray.report import write as write_report
 from pkb_ray.pkb.solutions import number_mismatches
-from pkb_ray.samples import newest, read_results, read_samples
+from pkb_ray.results import newest, read_results
+from pkb_ray.samples import read_samples
 from pkb_ray.selection import check_against_problems, resolve_path, with_problems_folder
 from pkb_ray.stages.generate import first_requests, generate, refine_requests
 from pkb_ray.summary import format_summary
@@ -62,7 +65,25 @@ def run(cfg: SweepConfig, out_dir: Path, sweep_group: str | None = None, job: st
     log.info("%d samples of %d problems -> %s", len(rows), len(chosen), results_dir)
     for folder in (results_dir, generated_dir):  # made before any gang starts: the rank sandboxes hide them
         folder.mkdir(parents=True, exist_ok=True)
-    run_pipeline(rows, cfg, problems, results_dir, problems_dir=problems_dir)
+    tracker = Tracker(cfg.wandb, cfg.model_dump(mode="json"), out_dir, name=run_name(cfg, job), group=sweep_group,
+                      job_type=job)
+    try:
+        df = _evaluate(cfg, rows, problems, chosen, results_dir, problems_dir, generated_dir, out_dir, tracker)
+    finally:
+        tracker.close()
+    return df
+
+
+def _evaluate(cfg, rows, problems, chosen, results_dir, problems_dir, generated_dir, out_dir, tracker) -> pd.DataFrame:
+    """Pipeline (and refinement rounds), then the summary, the report and W&B, for :func:`run`."""
+    started = time.monotonic()
+
+    def progress(metrics, busy: float) -> None:
+        done = sum(metrics.statuses.values())
+        tracker.log_progress(done, max(metrics.total - metrics.skipped, done), metrics.statuses["correct"],
+                             time.monotonic() - started, busy)
+
+    run_pipeline(rows, cfg, problems, results_dir, problems_dir=problems_dir, on_progress=progress)
     generated = list(rows)
     refine_rounds = cfg.model.refine_rounds if cfg.model.provider == "openai" else 0
     for round_ in range(1, refine_rounds + 1):
@@ -72,7 +93,7 @@ def run(cfg: SweepConfig, out_dir: Path, sweep_group: str | None = None, job: st
             break
         new = generate(asks, cfg, generated_dir)
         generated += new
-        run_pipeline(new, cfg, problems, results_dir, problems_dir=problems_dir)
+        run_pipeline(new, cfg, problems, results_dir, problems_dir=problems_dir, on_progress=progress)
     everything = newest(read_results(results_dir))  # this run's rows and those of the runs it resumes
     df, per_round = final_and_rounds(everything)  # each sample's latest version counts once
     print(format_summary(df), flush=True)
@@ -84,16 +105,23 @@ def run(cfg: SweepConfig, out_dir: Path, sweep_group: str | None = None, job: st
         html_path, md_path = write_report(everything, out_dir, title=f"{cfg.model.name} on {cfg.hardware.name}")
         page = html_path.read_text()
         log.info("report: %s (and %s)", html_path, md_path.name)
-    tracker = Tracker(cfg.wandb, cfg.model_dump(mode="json"), out_dir, name=f"{cfg.model.name}-{cfg.hardware.name}",
-                      group=sweep_group, job_type=job)
-    try:
-        tracker.log_results(df, page)
-        tracker.log_across_nodes(across_nodes(prepare_rows(everything)) if len(everything) else None)
-        if per_round is not None:
-            tracker.log_rounds(per_round)
-    finally:
-        tracker.close()
+    tracker.log_results(df, page)
+    tracker.log_across_nodes(across_nodes(prepare_rows(everything)) if len(everything) else None)
+    if per_round is not None:
+        tracker.log_rounds(per_round)
+    tracker.log_artifacts({"results": results_dir, "generated": generated_dir})
     return df
+
+
+def run_name(cfg: SweepConfig, job: str | None) -> str:
+    """The W&B run's name: model and hardware, and the overrides that make this job what it is."""
+    base = f"{cfg.model.name}-{cfg.hardware.name}"
+    if job is None:
+        try:
+            job = HydraConfig.get().job.override_dirname or None
+        except ValueError:  # not under Hydra (a script calling run())
+            job = None
+    return f"{base} [{job}]" if job else base
 
 
 def sweep_identity() -> tuple[str | None, str | None]:
@@ -104,9 +132,15 @@ def sweep_identity() -> tuple[str | None, str | None]:
     return Path(hc.sweep.dir).name, hc.job.override_dirname or f"job{hc.job.num}"
 
 
+def _stop(signum: int, _frame) -> None:
+    """SIGTERM as an exit that unwinds: the pipeline's clean-up writes the results still waiting."""
+    raise SystemExit(128 + signum)
+
+
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(raw: DictConfig) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    signal.signal(signal.SIGTERM, _stop)
     try:
         cfg = validate_config(OmegaConf.to_container(raw, resolve=True), source="config")
         run(cfg, Path(cfg.output_dir), *sweep_identity())

@@ -28,6 +28,8 @@ class RunMetrics:
         self.statuses: Tally = Tally()
         self.started = time.monotonic()
         self._last_line = 0.0
+        self.total = 0  # results the run will have (rows x world sizes), skipped ones included
+        self.skipped = 0  # already in the results folder (resume)
 
     def result(self, status: str, world_size: int, eval_seconds: float) -> None:
         self.statuses[status] += 1
@@ -51,7 +53,16 @@ class RunMetrics:
         if now - self._last_line < every_s:
             return None
         self._last_line = now
+        return f"progress: {self.describe(now)}"
+
+    def describe(self, now: float | None = None) -> str:
+        """``<done>/<total> (<pct>%) in <s> s, <rate>/h, ETA <s> s: <status counts>``."""
+        now = time.monotonic() if now is None else now
         done = sum(self.statuses.values())
-        rate = done / max(now - self.started, 1e-9) * 3600
+        elapsed = max(now - self.started, 1e-9)
+        rate = done / elapsed * 3600
+        total = max(self.total - self.skipped, done)
+        eta = f", ETA {(total - done) / (done / elapsed):.0f} s" if done and total > done else ""
+        pct = f" ({100 * done / total:.0f}%)" if total else ""
         parts = " ".join(f"{k}={v}" for k, v in self.statuses.most_common())
-        return f"progress: {done} results in {now - self.started:.0f} s ({rate:.0f}/h): {parts}"
+        return f"{done}/{total} results{pct} in {elapsed:.0f} s ({rate:.0f}/h{eta}): {parts}"

@@ -6,15 +6,18 @@ Only the driver logs (ranks and actors never touch W&B).
 
 What one run holds (:meth:`Tracker.log_results`):
 
-- summary: the run's overall scores from :func:`pkb_ray.metrics.summarize` (``pass@1``,
-  ``pass@5``, ``pass@10``, ``fast_{p}@1``, geometric-mean and median speedup, median fraction of
-  speed of light, ``n_{status}``), plus ``fast_1.0@k`` for the same k (each over the problems
-  with at least k samples);
+- summary (:func:`run_summary`): the scores of :func:`pkb_ray.metrics.summarize` over all
+  models (``pass@1``, ``pass@5``, ``pass@10`` and over how many problems each was taken,
+  ``fast_{p}@1``, geometric-mean and median speedup, median fraction of speed of light,
+  ``n_{status}``) and per model (``<model>/pass@1``, ...), plus ``fast_1.0@k`` for the same k
+  (each over the problems with at least k samples);
 - tables: ``samples`` (one row per result, error trimmed, source), ``per_problem``,
   ``per_category``, ``pass_at_k`` (the curves, long format);
-- plots: ``pass@k`` and ``fast_1@k`` lines, status counts as bars, the histogram of log2 speedup
+- plots: ``pass@k`` and ``fast_1.0@k`` lines, status counts as bars, the histogram of log2 speedup
   of correct samples;
-- ``report``: the HTML page of :mod:`pkb_ray.report`.
+- ``report``: the HTML page of :mod:`pkb_ray.report`;
+- during the run, ``progress/*`` steps (:meth:`Tracker.log_progress`); at the end, the results
+  and the generated samples as Artifacts (:meth:`Tracker.log_artifacts`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,21 @@ SAMPLE_COLUMNS = ["problem_id", "category", "model", "sample_index", "backend", 
                   "sol_fraction", "message", "source"]
 
 
+def run_summary(df: pd.DataFrame) -> dict[str, float]:
+    """The run's W&B summary: every metric of :func:`summarize` over all (model, problem) units
+    (``pass@1``, ...), the same per model (``<model>/pass@1``, ...), and ``fast_1.0@k``."""
+    out: dict[str, float] = {}
+    # a scope column groups the rows; (model, problem) stays the unit pass@k is estimated on
+    for prefix, frame in [("", df.assign(scope="all"))] + [(f"{m}/", g.assign(scope=m)) for m, g in df.groupby("model")]:
+        row = summarize(frame, ["scope"], ks=SUMMARY_KS).drop(columns=["scope"]).iloc[0]
+        out.update({f"{prefix}{k}": v for k, v in row.to_dict().items() if pd.notna(v)})
+        # like summarize's pass@k: each k over the problems with at least k samples
+        wide = curves(frame, ["scope"], ps=(1.0,), same_problems=False)
+        for r in wide[(wide["metric"] == "fast_1.0") & wide["k"].isin(SUMMARY_KS)].itertuples():
+            out[f"{prefix}fast_1.0@{r.k}"] = r.value
+    return out
+
+
 class Tracker:
     def __init__(self, cfg: WandbConfig, run_config: dict[str, Any], run_dir: Path, name: str | None = None,
                  group: str | None = None, job_type: str | None = None):
@@ -47,6 +65,28 @@ class Tracker:
                               dir=str(run_dir), config=run_config, name=name, job_type=job_type,
                               tags=cfg.tags or None, reinit="finish_previous")
 
+    def log_progress(self, done: int, total: int, correct: int, elapsed_s: float, busy_fraction: float) -> None:
+        """One history step during the run: results so far, the running share correct (pass@1 of
+        one sample per problem is not known until the end), samples/hour, how busy the gangs are."""
+        if self.run:
+            self.run.log({"progress/results": done, "progress/total": total,
+                          "progress/fraction_done": done / total if total else 0.0,
+                          "progress/correct_so_far": correct / done if done else 0.0,
+                          "progress/samples_per_hour": 3600 * done / elapsed_s if elapsed_s > 0 else 0.0,
+                          "progress/gangs_busy": busy_fraction})
+
+    def log_artifacts(self, folders: dict[str, Path]) -> None:
+        """Each non-empty folder (results, generated samples) as a W&B Artifact of that type."""
+        if not self.run:
+            return
+        import wandb
+
+        for kind, folder in folders.items():
+            if Path(folder).is_dir() and any(Path(folder).rglob("*.parquet")):
+                artifact = wandb.Artifact(f"{kind}-{self.run.id}", type=kind)
+                artifact.add_dir(str(folder))
+                self.run.log_artifact(artifact)
+
     def log_summary(self, metrics: dict[str, Any]) -> None:
         if self.run:
             for key, value in metrics.items():
@@ -58,14 +98,8 @@ class Tracker:
             return
         import wandb
 
-        overall = summarize(df, ["model"], ks=SUMMARY_KS).drop(columns=["model"])
-        summary = {k: v for k, v in overall.iloc[0].to_dict().items() if pd.notna(v)} if len(overall) == 1 else {}
-        # like summarize's pass@k: each k over the problems with at least k samples
-        wide = curves(df, ["model"], ps=(1.0,), same_problems=False)
-        for row in wide[(wide["metric"] == "fast_1.0") & wide["k"].isin(SUMMARY_KS)].itertuples():
-            summary[f"fast_1.0@{row.k}"] = row.value
+        self.log_summary(run_summary(df))
         curve = curves(df, ["model"], ps=(1.0,))  # the plotted curves: the same problems at every k
-        self.log_summary(summary)
 
         samples = df[SAMPLE_COLUMNS].assign(message=df["message"].str[:300])
         tables = {
@@ -76,7 +110,7 @@ class Tracker:
         }
         logged: dict[str, Any] = {name: wandb.Table(dataframe=t.reset_index(drop=True)) for name, t in tables.items()}
         lines = wandb.Table(dataframe=curve.assign(line=curve["model"] + " " + curve["metric"]))
-        logged["pass_at_k_plot"] = wandb.plot.line(lines, "k", "value", stroke="line", title="pass@k and fast_1@k")
+        logged["pass_at_k_plot"] = wandb.plot.line(lines, "k", "value", stroke="line", title="pass@k and fast_1.0@k")
         counts = pd.DataFrame(list(status_counts(df["status"]).items()), columns=["status", "samples"])
         logged["status_plot"] = wandb.plot.bar(wandb.Table(dataframe=counts), "status", "samples",
                                                title="samples by status")
@@ -98,7 +132,7 @@ class Tracker:
         self.run.log({"across_nodes": wandb.Table(dataframe=table.reset_index(drop=True))})
 
     def log_rounds(self, per_round: pd.DataFrame) -> None:
-        """pass@1 and fast_1@1 after each refinement round: a table, a line plot, and summary keys."""
+        """pass@1 and fast_1.0@1 after each refinement round: a table, a line plot, and summary keys."""
         if not self.run or per_round.empty:
             return
         import wandb

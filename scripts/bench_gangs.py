@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pkb_ray.config import SweepConfig  # noqa: E402
-from pkb_ray.gang import NOSET_CUDA  # noqa: E402
+from pkb_ray.cluster import NOSET_CUDA  # noqa: E402
 from pkb_ray.pipeline import prepare_here  # noqa: E402
 from pkb_ray.problem import load_problems  # noqa: E402
 from pkb_ray.samples import read_samples

@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from pkb_ray.config import SweepConfig  # noqa: E402
 from pkb_ray.correctness import compare  # noqa: E402
-from pkb_ray.gang import NOSET_CUDA  # noqa: E402
+from pkb_ray.cluster import NOSET_CUDA  # noqa: E402
 from pkb_ray.pipeline import run_pipeline  # noqa: E402
 from pkb_ray.problem import load_problems  # noqa: E402
 

@@ -126,7 +126,7 @@ def test_speed_of_light_bounds_flops_by_the_peak_of_the_problem_dtype(problems):
 
 def test_an_isolation_level_that_cannot_be_had_fails_at_start_naming_the_key(monkeypatch):
     from pkb_ray import sandbox
-    from pkb_ray.gang import announce_isolation
+    from pkb_ray.cluster import announce_isolation
 
     assert announce_isolation("sandbox").level is sandbox.Isolation.SANDBOX
     monkeypatch.setattr(sandbox, "_bwrap_candidates", lambda: ["/nonexistent/bwrap"])

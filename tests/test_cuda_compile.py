@@ -9,7 +9,7 @@ import ray
 
 from conftest import HOSTILE, REPO
 from pkb_ray.config import SweepConfig
-from pkb_ray.gang import NOSET_CUDA
+from pkb_ray.cluster import NOSET_CUDA
 from pkb_ray.cuda import ENV_ARCH, ENV_CACHE, BuildSpec, CudaBuildError, build, find_sources, load_cuda
 from pkb_ray.pipeline import run_pipeline
 from pkb_ray.problem import load_problems

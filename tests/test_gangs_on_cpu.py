@@ -13,7 +13,7 @@ import ray
 
 from conftest import HOSTILE, REPO, rank_processes, rank_processes_left
 from pkb_ray.config import SweepConfig
-from pkb_ray.gang import NOSET_CUDA
+from pkb_ray.cluster import NOSET_CUDA
 from pkb_ray.stages.evaluate import GangPool
 from pkb_ray.schema import Sample, Status
 
@@ -124,7 +124,7 @@ def test_rank_environment_fails_fast_and_can_force_multicast_off(monkeypatch):
 
 def test_pipeline_evaluates_identical_sources_once_and_resumes_without_repeating(cluster, tmp_path, problems):
     from pkb_ray.pipeline import run_pipeline
-    from pkb_ray.samples import read_results
+    from pkb_ray.results import read_results
 
     copy = COPY.read_text()
     rows = [{"problem_id": "all_reduce", "model": "a", "sample_index": 0, "source": copy},

@@ -18,7 +18,8 @@ from pkb_ray.config import ModelConfig, SweepConfig
 from pkb_ray.llm import ChatClient, GenerationError, RateLimiter, extract_code
 from pkb_ray.problem import load_problems
 from pkb_ray.prompt import feedback, messages
-from pkb_ray.samples import read_results, read_samples
+from pkb_ray.results import read_results
+from pkb_ray.samples import read_samples
 
 REFERENCE = (REPO / "problems" / "all_reduce.py").read_text()
 CORRECT = (REPO / "samples/replay/all_reduce/00_reference_copy.py").read_text()

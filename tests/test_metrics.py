@@ -91,8 +91,8 @@ def test_fast_p_rejects_more_correct_than_samples():
         fast_p_at_k(2, [2.0, 2.0, 2.0], 1.0)
 
 
-def test_fast_p_thresholds():
-    assert FAST_P_THRESHOLDS == (1.0, 1.5, 2.0)
+def test_fast_p_thresholds_are_kernelbenchs():
+    assert FAST_P_THRESHOLDS == (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 
 
 # ---------------------------------------------------------------- speedup / SOL aggregates
@@ -171,7 +171,8 @@ def test_summarize_columns(results):
     out = summarize(results, ["model"], ks=(1, 2))
     assert list(out.columns) == ["model"] + summary_columns((1, 2))
     assert summary_columns((1, 2)) == [
-        "n", "pass@1", "pass@2", "fast_1.0@1", "fast_1.5@1", "fast_2.0@1",
+        "n", "problems", "pass@1", "pass@2", "pass@1_problems", "pass@2_problems",
+        "fast_0.0@1", "fast_0.5@1", "fast_0.8@1", "fast_1.0@1", "fast_1.5@1", "fast_2.0@1",
         "geomean_speedup", "median_speedup", "median_sol_fraction",
         "n_invalid_sample", "n_unsupported_hardware", "n_compile_error", "n_import_error", "n_runtime_error",
         "n_timeout", "n_crash", "n_wrong_output", "n_tampering", "n_correct",
@@ -198,8 +199,11 @@ def test_summarize_by_model_averages_per_problem(results):
     assert pass_at_k(5, 4, 1) == pytest.approx(0.8) != a["pass@1"]
     # pass@2, A: p1 = 1.0; p2 has n = 1 < 2 -> NaN, left out -> 1.0 (not (1 + 0) / 2).
     assert a["pass@2"] == pytest.approx(1.0)
-    # pass@5: no problem of A has 5 samples -> NaN.
+    # pass@5: no problem of A has 5 samples -> NaN; each pass@k says over how many problems it is
     assert math.isnan(a["pass@5"])
+    assert (a["problems"], a["pass@1_problems"], a["pass@2_problems"], a["pass@5_problems"]) == (2, 2, 1, 0)
+    # fast_0.0@1 counts every correct sample, fast_0.5@1 those above 0.5: p1 = 2/4 (4, 2) -> 0.25
+    assert a["fast_0.0@1"] == pytest.approx(a["pass@1"]) and a["fast_0.5@1"] == pytest.approx(0.25)
     # fast_p@1, A: p1 speedups 4, 2, 0.5, 0.25; p2 none.
     #   p=1.0: p1 = 2/4 (4, 2), p2 = 0 -> 0.25;  p=1.5: same -> 0.25;  p=2.0: p1 = 1/4 -> 0.125.
     assert a["fast_1.0@1"] == pytest.approx(0.25)

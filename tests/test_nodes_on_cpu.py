@@ -15,7 +15,7 @@ from ray.cluster_utils import Cluster
 
 from conftest import REPO, rank_processes_left
 from pkb_ray.config import EvalConfig, HardwareConfig, SweepConfig
-from pkb_ray.gang import NOSET_CUDA
+from pkb_ray.cluster import NOSET_CUDA
 from pkb_ray.harness import Harness
 from pkb_ray.placement import Layout
 from pkb_ray.problem import load_problems

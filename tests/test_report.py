@@ -9,7 +9,7 @@ import pytest
 from conftest import REPO
 from pkb_ray.metrics import curves
 from pkb_ray.report import SECTIONS, read_runs, write
-from pkb_ray.samples import write_results
+from pkb_ray.results import write_results
 from pkb_ray.schema import Result, Sample, Status
 
 # model -> problem -> (status, speedup) per sample
@@ -142,3 +142,26 @@ def test_spread_results_get_their_own_section_and_do_not_count_as_more_samples(t
     table = json.loads(logged.read_text())
     assert table["columns"][:3] == ["model", "problem", "layout"] and table["data"][0][:5] == [
         "strong", "all_reduce", "2x1", 40.0, 100.0]
+
+
+def test_wandb_gets_the_runs_scores_and_each_models(run_dir, tmp_path):
+    """Two models in one run: before, the summary had no pass@1 and one fast_1.0@1 (the last model's)."""
+    import wandb_files
+    from pkb_ray.config import WandbConfig
+    from pkb_ray.metrics import summarize
+    from pkb_ray.results import read_results
+    from pkb_ray.tracking import Tracker
+
+    df = read_results(run_dir / "results")
+    tracker = Tracker(WandbConfig(mode="offline"), {}, tmp_path / "wb")
+    tracker.log_results(df)
+    tracker.close()
+    summary = wandb_files.summary(next((tmp_path / "wb").rglob("run-*.wandb")))
+    per_model = summarize(df, ["model"], ks=(1, 5)).set_index("model")
+    for model in ("strong", "weak"):
+        assert summary[f"{model}/pass@1"] == pytest.approx(per_model.loc[model, "pass@1"])
+        assert summary[f"{model}/fast_1.0@1"] == pytest.approx(per_model.loc[model, "fast_1.0@1"])
+    # the run's own: the mean over all six (model, problem) units, not one model's
+    units = summarize(df, ["model", "problem_id"], ks=(1,))
+    assert summary["pass@1"] == pytest.approx(units["pass@1"].mean()) and summary["problems"] == 6
+    assert summary["pass@5_problems"] == 0 and summary["pass@1_problems"] == 6  # 4 samples per problem

@@ -1,8 +1,4 @@
-import pandas as pd
-import pyarrow.parquet as pq
-
-from pkb_ray.samples import read_results, write_results
-from pkb_ray.schema import RESULT_SCHEMA, Result, Sample, Status, TrialRecord, table_to_results, results_to_table, trim
+from pkb_ray.schema import RESULT_SCHEMA, Result, Sample, Status, TrialRecord, results_to_table, trim
 
 
 def _result(problem="all_reduce", model="m", status=Status.CORRECT, **kw):
@@ -18,19 +14,6 @@ def test_arrow_schema_has_every_result_field_in_order():
 def test_status_taxonomy_is_closed_and_ordered():
     assert [s.value for s in Status] == ["invalid_sample", "unsupported_hardware", "compile_error", "import_error", "runtime_error",
                                          "timeout", "crash", "wrong_output", "tampering", "correct"]
-
-
-def test_round_trip_through_parquet(tmp_path):
-    results = [_result(), _result(problem="gather", status=Status.TIMEOUT, message="stuck"), _result(model="other/m")]
-    files = write_results(results, tmp_path)
-    assert len(files) == 3 and all(f.suffix == ".parquet" for f in files)
-    assert (tmp_path / "model=other_m" / "problem_id=all_reduce").is_dir()
-    back = table_to_results(pq.read_table(files[0]))
-    assert back[0].trials[0].rank == 1 and back[0].versions == {"torch": "x"}
-    df = read_results(tmp_path)
-    assert isinstance(df, pd.DataFrame) and len(df) == 3
-    assert sorted(df["status"]) == ["correct", "correct", "timeout"]
-    assert not list(tmp_path.rglob("*.tmp"))
 
 
 def test_sample_key_is_stable_and_depends_on_source():

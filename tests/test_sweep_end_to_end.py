@@ -9,13 +9,15 @@ import os
 import subprocess
 import sys
 
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
 import wandb_files
 from conftest import REPO
 from pkb_ray.metrics import summarize
-from pkb_ray.samples import read_results, read_samples
+from pkb_ray.results import read_results
+from pkb_ray.samples import read_samples
 from pkb_ray.schema import Status
 
 
@@ -50,6 +52,8 @@ def test_sweep_on_shipped_set(tmp_path):
         f"problem_id={p}" for p in {r["problem_id"] for r in shipped})
     for f in (run_dir / "results").rglob("*.parquet"):
         assert pq.read_schema(f).field("status").type == "string"
+    plain = pd.read_parquet(run_dir / "results")  # any Parquet reader opens the folder as it is
+    assert len(plain) == len(shipped) and list(plain.columns).count("problem_id") == 1
 
     # W&B (offline): the resolved config, the summary metrics as computed from the Parquet, the tables
     runs = list((run_dir / "wandb").glob("offline-run-*"))
@@ -62,6 +66,12 @@ def test_sweep_on_shipped_set(tmp_path):
     assert summary["geomean_speedup"] == pytest.approx(expected_scores["geomean_speedup"])
     assert wandb_files.config(run_file)["eval"]["rounds"] == 30
     assert wandb_files.run_record(run_file).run_group == ""  # a single run is not part of a sweep
+    # named after what makes the run what it is (before: every run was "replay-cpu_gloo")
+    assert wandb_files.run_record(run_file).display_name == "replay-cpu_gloo [eval.rounds=30,eval.timeout_s=8]"
+    # progress while it ran (before: one history step at the end), the results as an Artifact
+    done = wandb_files.history_steps(run_file, "progress/results")
+    assert done and done[-1] == len(shipped) and done == sorted(done)
+    assert (f"results-{runs[0].name.rsplit('-', 1)[-1]}", "results") in wandb_files.artifacts(run_file)
     assert {"pass_at_k_plot_table", "status_plot_table", "speedup_plot_table", "report"} <= {
         k.split("/")[0] for k in wandb_files.history_keys(run_file)}
     media = runs[0] / "files" / "media" / "table"
@@ -80,7 +90,14 @@ def test_sweep_on_shipped_set(tmp_path):
     assert len(read_results(run_dir / "results")) == len(shipped) and "ALL" in again.stdout
 
 
-def test_a_killed_driver_loses_nothing_written_and_a_resume_duplicates_nothing(tmp_path):
+def _cmdline(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_a_killed_driver_leaves_nothing_running_loses_nothing_written_and_a_resume_duplicates_nothing(tmp_path):
     import signal
     import time
 
@@ -90,12 +107,21 @@ def test_a_killed_driver_loses_nothing_written_and_a_resume_duplicates_nothing(t
            "eval.timeout_s=8", "eval.rounds=30", f"cache_dir={tmp_path / 'cache'}", f"results_dir={results}"]
     driver = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and len(read_results(results)) < 16:  # the first flush (16 rows)
+    while time.monotonic() < deadline and len(read_results(results)) < 8:
         time.sleep(0.5)
+    from pkb_ray import reaper
+
+    tree = reaper.descendants({driver.pid})  # its local Ray, the gangs, their rank processes
+    assert any("pkb_ray.runner.rank" in _cmdline(pid) for pid in tree)
     os.kill(driver.pid, signal.SIGKILL)  # mid-run, no clean-up
     driver.wait()
+    # before, ~10 Ray and rank processes per kill kept running, gangs still evaluating 10 minutes later
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(reaper._running(p, st) for p, st in tree.items()):
+        time.sleep(0.5)
+    assert not [_cmdline(p) for p, st in tree.items() if reaper._running(p, st)]
     written = read_results(results)
-    assert 16 <= len(written) < len(read_samples(REPO / "samples" / "replay")) and written["sample_key"].is_unique
+    assert 8 <= len(written) < len(read_samples(REPO / "samples" / "replay")) and written["sample_key"].is_unique
     # a file cut short by the kill would be a *.parquet.tmp, which readers never pick up
     again = sweep(tmp_path, tmp_path / "run2", f"results_dir={results}")
     assert again.returncode == 0, again.stderr[-3000:]
@@ -103,6 +129,31 @@ def test_a_killed_driver_loses_nothing_written_and_a_resume_duplicates_nothing(t
     shipped = read_samples(REPO / "samples" / "replay")
     assert len(final) == len(shipped) and final["sample_key"].is_unique
     assert set(written["sample_key"]) <= set(final["sample_key"])
+
+
+def test_a_terminated_driver_writes_every_result_it_had(tmp_path):
+    """SIGTERM (a scheduler's stop, `timeout`) or SIGINT: every result the driver had logged is on disk
+    after it exits. Before, rows were written 16 at a time and SIGTERM lost the rest."""
+    import re
+    import signal
+    import time
+
+    results, log = tmp_path / "results", tmp_path / "driver.log"
+    env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
+    cmd = [sys.executable, "-m", "pkb_ray.sweep", f"hydra.run.dir={tmp_path / 'run'}", "ray.include_dashboard=false",
+           "eval.timeout_s=8", "eval.rounds=30", f"cache_dir={tmp_path / 'cache'}", f"results_dir={results}"]
+    with open(log, "w") as out:
+        driver = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+        progress = re.compile(r"\[(\d+) evaluated, (\d+) results\]")
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and len(progress.findall(log.read_text())) < 3:
+            time.sleep(0.2)
+        driver.send_signal(signal.SIGTERM)
+        driver.wait(timeout=120)
+    had = max(int(m[1]) for m in progress.findall(log.read_text()))  # results known when it last said
+    written = read_results(results)
+    assert had >= 3 and len(written) >= had, log.read_text()[-3000:]
+    assert len(written) < len(read_samples(REPO / "samples" / "replay")) and written["sample_key"].is_unique
 
 
 def test_a_multirun_sweep_runs_each_combination_as_a_job_grouped_in_wandb(tmp_path):
@@ -127,3 +178,10 @@ def test_a_multirun_sweep_runs_each_combination_as_a_job_grouped_in_wandb(tmp_pa
         job_types.add(wandb_files.run_record(run_file).job_type)
         assert wandb_files.summary(run_file)["n"] == 2
     assert groups == {sweep_dir.name} and job_types == {jobs[0].name[2:], jobs[1].name[2:]}
+    # one page over the sweep: the folder as it is, or its entries as a shell glob gives them
+    # (multirun.yaml among them, which made the script fail before)
+    assert (sweep_dir / "multirun.yaml").is_file()
+    for args in ([str(sweep_dir)], [str(p) for p in sorted(sweep_dir.iterdir())]):
+        out = subprocess.run([sys.executable, str(REPO / "scripts/report.py"), *args, "--out", str(tmp_path / "page")],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0 and out.stdout.startswith("4 results"), out.stderr[-2000:]

@@ -68,3 +68,14 @@ def config(path: Path) -> dict:
 
 def history_keys(path: Path) -> set[str]:
     return {_key(i) for r in records(path) if r.WhichOneof("record_type") == "history" for i in r.history.item}
+
+
+def artifacts(path: Path) -> list[tuple[str, str]]:
+    """(name, type) of every Artifact the run logged."""
+    return [(r.artifact.name, r.artifact.type) for r in records(path) if r.WhichOneof("record_type") == "artifact"]
+
+
+def history_steps(path: Path, key: str) -> list:
+    """The values ``key`` took, one per history step that logged it."""
+    return [json.loads(i.value_json) for r in records(path) if r.WhichOneof("record_type") == "history"
+            for i in r.history.item if _key(i) == key]

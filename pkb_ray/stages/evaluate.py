@@ -22,7 +22,8 @@ import ray
 from ray.exceptions import RayActorError
 
 from pkb_ray.config import SweepConfig
-from pkb_ray.gang import GangHandle, bundle_devices, node_gpus, reserve, start_gang, stop_gang
+from pkb_ray.cluster import node_gpus
+from pkb_ray.gang import GangHandle, bundle_devices, reserve, start_gang, stop_gang
 from pkb_ray.placement import Layout, LayoutLike, fits, no_room, plan_gangs
 from pkb_ray.schema import Result, Sample, Status
 from pkb_ray.telemetry import RunMetrics

@@ -1,0 +1,90 @@
+"""Starting or joining Ray for a run, and saying at start what the run will get.
+
+:func:`start_ray` joins the cluster of ``ray.address`` or starts a local one (logical GPUs on a
+CPU machine, so that gangs of gloo ranks are placed like GPU gangs), says where the dashboard is
+and how to open it, and checks that the cluster can hold a gang of every layout the run needs.
+:func:`announce_isolation` probes the sandbox level before anything starts. A local Ray dies with
+its driver, however the driver ends (:mod:`pkb_ray.reaper`).
+
+One line Ray itself prints at start is expected: ``E ... core_worker.cc ... Actor with class name:
+'MapWorker(MapBatches(BuildCuda))' ... has constructor arguments in the object store and
+max_restarts > 0``. Ray Data keeps the compile actors' constructor arguments (the build settings)
+in the object store for the whole run, so a restarted compile actor finds them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import ray
+
+from pkb_ray import reaper, sandbox
+from pkb_ray.config import ConfigError, SweepConfig
+from pkb_ray.placement import Layout, fits, no_room
+
+log = logging.getLogger(__name__)
+NOSET_CUDA = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
+
+
+def start_ray(cfg: SweepConfig, layouts: list[Layout] | None = None) -> None:
+    """Join the Ray cluster of ``cfg.ray.address``, or start a local one (logical GPUs on CPU); then
+    check that it can hold a gang of each of ``layouts`` (default: every layout of the run), or
+    raise ConfigError naming the key."""
+    announce_isolation(cfg.eval.isolation)
+    os.environ[NOSET_CUDA] = "1"  # ranks pick their own GPU among all of the node's
+    if not ray.is_initialized():
+        _init_ray(cfg)
+    gpus = node_gpus()
+    for lay in cfg.hardware.layouts if layouts is None else layouts:
+        if not fits(lay, gpus):
+            key = ("hardware.world_sizes" if lay.nodes == 1 else
+                   f"hardware.spread.{cfg.hardware.spread_layouts.index(lay)}")
+            raise ConfigError(f"{key}: {no_room(lay, gpus)}")
+
+
+def announce_isolation(level: str) -> sandbox.Probe:
+    """Probe ``eval.isolation`` here and say at start what holds and what does not; a level that
+    cannot be had fails the run (ConfigError naming the key), never a weaker one silently."""
+    try:
+        found = sandbox.probe(sandbox.Isolation(level))
+    except sandbox.SandboxUnavailable as exc:
+        raise ConfigError(f"eval.isolation: {exc}") from None
+    line = f"isolation: {found.describe()}"
+    weak = found.level is sandbox.Isolation.NONE or not found.caps_processes or not found.cgroup
+    print(("WARNING " if weak else "") + line, file=sys.stderr, flush=True)
+    if weak:
+        log.warning("%s (%s)", line, found.reason)
+    return found
+
+
+def node_gpus() -> dict[str, int]:
+    """GPUs (logical ones on a CPU machine) of each live node of the Ray cluster."""
+    return {n["NodeID"]: int(n["Resources"].get("GPU", 0)) for n in ray.nodes() if n["Alive"]}
+
+
+def _init_ray(cfg: SweepConfig) -> None:
+    if cfg.ray.address:
+        ray.init(address=cfg.ray.address)
+        return
+    left = reaper.clean_up(cfg.cache_path / "runs")  # what a killed driver (and its reaper) left
+    if left:
+        log.warning("killed %d processes left by an earlier run whose driver was killed", left)
+    gpus = cfg.ray.num_gpus
+    if gpus is None and cfg.hardware.device == "cpu":
+        gpus = cfg.hardware.gpus_per_node * cfg.hardware.nodes  # logical GPUs: gangs of gloo ranks
+    context = ray.init(num_cpus=cfg.ray.num_cpus, num_gpus=gpus, resources=cfg.ray.resources or None,
+                       include_dashboard=cfg.ray.include_dashboard, log_to_driver=True, configure_logging=False)
+    reaper.start(cfg.cache_path / "runs")  # this local Ray, gangs and ranks die with this process
+    if cfg.ray.include_dashboard and getattr(context, "dashboard_url", None):
+        print(dashboard_line(context.dashboard_url), file=sys.stderr, flush=True)
+
+
+def dashboard_line(url: str) -> str:
+    """Where the dashboard is, and how to get in (Ray >= 2.59 asks local clusters for a token)."""
+    auth = os.environ.get("RAY_AUTH_MODE", "")
+    how = ("no token asked (RAY_AUTH_MODE=disabled)" if auth == "disabled" else
+           "if it asks for a token, `ray get-auth-token` prints it; on a trusted machine, "
+           "RAY_AUTH_MODE=disabled before the run turns it off")
+    return f"Ray dashboard: http://{url} ({how})"

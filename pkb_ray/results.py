@@ -1,0 +1,137 @@
+"""The results folder: hive-partitioned Parquet that pandas, pyarrow.dataset and DuckDB open as is.
+
+Layout: ``<results>/model=<model>/problem_id=<problem_id>/part-<id>.parquet``. The two partition
+columns live in the folder names only (values percent-encoded, as pyarrow's hive partitioning
+writes and reads them), so ``pandas.read_parquet(<results>)`` gets each column once.
+
+A result is identified by :data:`RESULT_KEY`: the same sample evaluated at another world size,
+layout, size, dtype, on other hardware or in another refinement round is another result. A
+folder may hold a key twice (a resumed run evaluates evaluator faults again); readers keep the
+newest row per key (:func:`newest`).
+
+:class:`ResultSink` is the one writer of a run: each result is on disk within about a second of
+being known, in files of up to ``max_rows`` rows, and :meth:`ResultSink.close` writes the rest.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Iterable
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from pkb_ray.schema import RESULT_SCHEMA, Result, is_final, results_to_table
+
+PARTITIONS = ("model", "problem_id")
+RESULT_KEY = ("sample_key", "world_size", "nodes", "size", "dtype", "hardware", "round")
+_FILE_SCHEMA = pa.schema([f for f in RESULT_SCHEMA if f.name not in PARTITIONS])
+_PARTITIONING = ds.partitioning(pa.schema([RESULT_SCHEMA.field(n) for n in PARTITIONS]), flavor="hive")
+
+
+def result_key(r: Result) -> tuple:
+    return tuple(getattr(r, k) for k in RESULT_KEY)
+
+
+def write_results(results: Iterable[Result], out_dir: str | Path) -> list[Path]:
+    """One new file per (model, problem) partition. Written under a dot-name (every reader skips
+    those) and renamed, so a reader never sees half a file."""
+    by_partition: dict[tuple[str, str], list[Result]] = {}
+    for r in results:
+        by_partition.setdefault((r.model, r.problem_id), []).append(r)
+    written = []
+    for (model, problem), rows in sorted(by_partition.items()):
+        part = Path(out_dir) / f"model={quote(model, safe='')}" / f"problem_id={quote(problem, safe='')}"
+        part.mkdir(parents=True, exist_ok=True)
+        name = f"part-{uuid.uuid4().hex[:16]}.parquet"
+        tmp = part / f".{name}.tmp"
+        pq.write_table(results_to_table(rows).drop_columns(list(PARTITIONS)), tmp)
+        tmp.rename(part / name)
+        written.append(part / name)
+    return written
+
+
+def read_results(out_dir: str | Path):
+    """Every row under ``out_dir`` as a pandas DataFrame (partition columns as plain strings)."""
+    import pandas as pd
+
+    root = Path(out_dir)
+    if not root.is_dir() or not any(root.rglob("*.parquet")):
+        return pd.DataFrame(columns=RESULT_SCHEMA.names)
+    # the current schema: files written before a column existed read it as null
+    table = ds.dataset(str(root), format="parquet", partitioning=_PARTITIONING,
+                       schema=RESULT_SCHEMA).to_table()
+    df = table.to_pandas()
+    return df.assign(nodes=df["nodes"].fillna(1).astype(int), round=df["round"].fillna(0).astype(int))
+
+
+def newest(df):
+    """One row per :data:`RESULT_KEY`: the newest."""
+    if df.empty:
+        return df
+    return df.sort_values("finished_at").drop_duplicates(list(RESULT_KEY), keep="last")
+
+
+def finished(out_dir: str | Path) -> set[tuple]:
+    """The :data:`RESULT_KEY` of every final result under ``out_dir`` (what a resumed run skips)."""
+    df = read_results(out_dir)
+    if df.empty:
+        return set()
+    keep = [is_final(st, msg) for st, msg in zip(df["status"], df["message"])]
+    rows = df[keep]
+    return set(zip(*(rows[k].tolist() for k in RESULT_KEY)))
+
+
+class ResultSink:
+    """Writes a run's results as they come: a file when ``max_rows`` are waiting, or when the oldest
+    waiting one is ``max_wait_s`` old (checked on every add, and by a timer thread in between)."""
+
+    def __init__(self, out_dir: str | Path, max_rows: int = 64, max_wait_s: float = 1.0):
+        self.out_dir = Path(out_dir)
+        self.max_rows, self.max_wait_s = max_rows, max_wait_s
+        self.written = 0
+        self._waiting: list[Result] = []
+        self._since = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._timer = threading.Thread(target=self._tick, name="result-sink", daemon=True)
+        self._timer.start()
+
+    def add(self, result: Result) -> None:
+        with self._lock:
+            if not self._waiting:
+                self._since = time.monotonic()
+            self._waiting.append(result)
+            if len(self._waiting) >= self.max_rows:
+                self._write()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._write()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.flush()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.max_wait_s / 4):
+            with self._lock:
+                if self._waiting and time.monotonic() - self._since >= self.max_wait_s:
+                    self._write()
+
+    def _write(self) -> None:
+        if self._waiting:
+            write_results(self._waiting, self.out_dir)
+            self.written += len(self._waiting)
+            self._waiting = []
+
+    def __enter__(self) -> "ResultSink":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
