@@ -379,3 +379,24 @@ def read_runs(paths: Iterable[Path]) -> pd.DataFrame:
     if df.empty:
         raise ValueError(f"no result rows under {[str(p) for p in paths]}")
     return newest(df)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``pkb-ray report`` / ``scripts/report.py``: one page over runs, results or multirun folders."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="pkb-ray report", description="report.html and report.md over one or more "
+                                 "runs: run folders, results folders or multirun folders")
+    ap.add_argument("runs", nargs="+", type=Path, help="run, results or multirun folders")
+    ap.add_argument("--out", type=Path, default=Path("report"), help="folder for report.html and report.md")
+    ap.add_argument("--title", default="pkb_ray report")
+    args = ap.parse_args(argv)
+    try:
+        df = read_runs(args.runs)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    page, md = write(df, args.out, args.title)
+    print(f"{len(df)} results -> {page} and {md}")
+    return 0

@@ -10,31 +10,13 @@ self-contained (figures inline); open it in a browser or attach it anywhere.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pkb_ray.report import read_runs, write  # noqa: E402
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("runs", nargs="+", type=Path, help="run, results or multirun folders")
-    ap.add_argument("--out", type=Path, default=Path("report"), help="folder for report.html and report.md")
-    ap.add_argument("--title", default="pkb_ray report")
-    args = ap.parse_args()
-    try:
-        df = read_runs(args.runs)
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    page, md = write(df, args.out, args.title)
-    print(f"{len(df)} results -> {page} and {md}")
-    return 0
-
+from pkb_ray.report import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,46 @@
+"""`pkb-ray`: one command over the entry points."""
+
+import subprocess
+import sys
+import tomllib
+
+from conftest import REPO
+from pkb_ray.cli import config_groups
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "pkb_ray.cli", *args], capture_output=True, text=True, timeout=300,
+                          cwd=cwd)
+
+
+def test_help_shows_the_commands_examples_and_config_groups():
+    out = _cli("--help")
+    assert out.returncode == 0
+    for word in ("pkb-ray sweep", "pkb-ray report", "pkb-ray baselines", "pkb-ray prompt", "examples:"):
+        assert word in out.stdout
+    groups = config_groups()
+    assert "_base" not in groups["model"] and "replay" in groups["model"] and "h200_2" in groups["hardware"]
+    assert "  model      " + ", ".join(groups["model"]) in out.stdout
+    assert _cli("sweep", "--help").stdout == out.stdout
+
+
+def test_an_unknown_command_fails_with_the_usage():
+    out = _cli("frobnicate")
+    assert out.returncode == 2 and "unknown command 'frobnicate'" in out.stderr and "pkb-ray sweep" in out.stderr
+
+
+def test_report_and_prompt_run_through_it(tmp_path):
+    from test_report import results
+
+    from pkb_ray.results import write_results
+
+    write_results(results(), tmp_path / "run" / "results")
+    out = _cli("report", str(tmp_path / "run"), "--out", str(tmp_path / "page"))
+    assert out.returncode == 0 and (tmp_path / "page" / "report.html").is_file(), out.stderr
+    prompt = _cli("prompt", "problem=all_reduce")
+    assert prompt.returncode == 0 and "all_reduce" in prompt.stdout
+
+
+def test_the_package_declares_the_command():
+    meta = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert meta["project"]["scripts"]["pkb-ray"] == "pkb_ray.cli:main"

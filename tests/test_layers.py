@@ -1,0 +1,62 @@
+"""Imports point down only (../shared/DESIGN.md, "Layers"): a module imports from its own layer or
+below. A new module must be placed here, so the direction stays a decision, not an accident."""
+
+import ast
+from pathlib import Path
+
+from conftest import REPO
+
+LAYERS = {  # 7 = the command, 6 = entry points ... 1 = pure data and rules
+    7: ["cli"],
+    6: ["sweep", "baselines", "cache"],
+    5: ["pipeline", "report", "tracking", "summary"],
+    4: ["stages.compile", "stages.evaluate", "stages.generate", "stages.validate", "llm", "prompt", "telemetry"],
+    3: ["gang", "cluster", "spread", "harness", "references", "rounds", "rank_pool", "ranks", "problem_check"],
+    2: ["runner", "runner.extensions", "runner.launch", "runner.protocol", "runner.rank", "runner.resident",
+        "runner.steps", "runner.tensor_io", "runner.trace", "cuda", "sandbox", "reaper", "reference_store"],
+    1: ["problem", "schema", "metrics", "timing", "correctness", "config", "placement", "results", "samples",
+        "selection", "verdict", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.static"],
+}
+PURE = ["problem", "schema", "metrics", "timing"]  # no Ray, no processes
+LAYER = {f"pkb_ray.{m}": n for n, mods in LAYERS.items() for m in mods}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for f in sorted((REPO / "pkb_ray").rglob("*.py")):
+        name = ".".join(f.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        if name != "pkb_ray" and name != "pkb_ray.stages":
+            out[name] = f
+    return out
+
+
+def _imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return found
+
+
+def test_every_module_has_a_layer():
+    assert sorted(set(_modules()) - set(LAYER)) == []
+
+
+def test_imports_point_down():
+    modules = _modules()
+    upward = []
+    for name, path in modules.items():
+        for target in _imports(path) & set(modules):
+            if LAYER[target] > LAYER[name]:
+                upward.append(f"{name} (layer {LAYER[name]}) imports {target} (layer {LAYER[target]})")
+    assert upward == []
+
+
+def test_the_pure_modules_start_nothing():
+    for name in PURE:
+        heavy = {i.split(".")[0] for i in _imports(REPO / "pkb_ray" / f"{name}.py")} & {"ray", "subprocess",
+                                                                                        "multiprocessing"}
+        assert not heavy, f"{name} imports {heavy}"
