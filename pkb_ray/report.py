@@ -8,7 +8,11 @@ Sections (each an ``id`` in the HTML, a heading in the Markdown):
   geometric means in a table;
 - ``failures``: why samples fail, as shares of each status per model and counts per category;
 - ``problems``: per problem, each model's pass@1, best speedup and that sample's fraction of
-  speed of light.
+  speed of light, the reference's and that sample's microseconds with spread, and a link to it;
+- ``grid``: problems x models, the share correct and the best speedup;
+- ``samples``: every result (up to :data:`SAMPLE_LIMIT`) as a block to open: message, per-rank times
+  with interquartile range, speedup, fraction of speed of light, round, source;
+- ``run``: hardware, versions, configuration, the W&B run.
 
 Pure: reads a DataFrame of result rows (``RESULT_SCHEMA`` columns), writes files. Figures are
 matplotlib SVG inlined in the page, so the page needs nothing else to be read.
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import html
 import io
+import json
 import math
 from datetime import datetime, timezone
 from pathlib import Path
@@ -54,11 +59,17 @@ NOTES = {
     "verdicts": "pkb_verdict is ParallelKernelBench's own rule on the same outputs (first call only, allclose "
                 "1e-2 after a float cast; dtype, inputs and timed calls not checked). Each row: a model's samples "
                 "that one rule passes and the other does not, with pkb_ray's status and the first line of why.",
+    "grid": "Each cell: the share of the model's samples of the problem that are correct, and the best "
+            "correct speedup.",
+    "samples": "Every result, by model and problem: open one for its message, each rank's median time and "
+               "interquartile range (microseconds, reference and sample), and its source.",
+    "run": "The hardware, the versions the results were measured with, the configuration and the W&B run.",
     "refinement": "Failed or slow samples went back to the model with the evaluator's feedback; each row counts "
                   "every sample's latest version after that round (round 0: the first answers).",
 }
 SECTIONS = {"leaderboard": "Leaderboard", "pass-at-k": "pass@k and fast_1.0@k", "speedups": "Speedups of correct samples",
-            "failures": "Why samples fail", "problems": "Per problem"}
+            "failures": "Why samples fail", "problems": "Per problem", "grid": "Models x problems",
+            "samples": "Every sample", "run": "The run"}
 
 
 def prepare(df: pd.DataFrame) -> pd.DataFrame:
@@ -153,9 +164,38 @@ def per_problem(df: pd.DataFrame) -> pd.DataFrame:
                      "best speedup": best["speedup"] if best is not None else math.nan,
                      "SOL fraction of best": best["sol_fraction"] if best is not None else math.nan,
                      "SOL": {"traced": "estimate (traced)"}.get(best.get("sol_source", ""), "")
-                     if best is not None else ""})
+                     if best is not None else "",
+                     "reference us": g["ref_time_us"].median() if "ref_time_us" in g else math.nan,
+                     "best us": best["cand_time_us"] if best is not None and "cand_time_us" in best else math.nan,
+                     "best IQR us": _spread(best, "cand_iqr_us") if best is not None else math.nan,
+                     "best sample": sample_anchor(best) if best is not None else ""})
     return pd.DataFrame(rows, columns=["problem", "category", "model", "samples", "pass@1", "best speedup",
-                                       "SOL fraction of best", "SOL"])
+                                       "SOL fraction of best", "SOL", "reference us", "best us", "best IQR us",
+                                       "best sample"])
+
+
+def _spread(row, column: str) -> float:
+    """The largest per-rank interquartile range of a row's times (NaN without any)."""
+    values = row.get(column) if hasattr(row, "get") else None
+    values = [] if values is None else [v for v in values if v is not None and not math.isnan(v)]
+    return max(values) if values else math.nan
+
+
+def sample_anchor(row) -> str:
+    """The HTML id of a result's block in the samples section."""
+    return f"s-{str(row['sample_key'])[:16]}-w{int(row['world_size'])}-n{int(row.get('nodes', 1) or 1)}"
+
+
+def grid(df: pd.DataFrame) -> pd.DataFrame:
+    """Problems x models: each cell the share of correct samples and the best correct speedup."""
+    cells = {}
+    for (pid, model), g in df.groupby(["problem_id", "model"], sort=True):
+        ok = g.loc[g["status"] == Status.CORRECT.value, "speedup"].dropna()
+        rate = (g["status"] == Status.CORRECT.value).mean()
+        cells.setdefault(pid, {})[model] = f"{rate:.2f}" + (f" / {ok.max():.2f}x" if len(ok) else "")
+    models = sorted(df["model"].unique())
+    return pd.DataFrame([{"problem": pid, **{m: row.get(m, "") for m in models}} for pid, row in sorted(cells.items())],
+                        columns=["problem", *models])
 
 
 def category_speedups(df: pd.DataFrame) -> pd.DataFrame:
@@ -268,11 +308,20 @@ def markdown_table(df: pd.DataFrame) -> str:
     return "\n".join([head, sep, *body]) + "\n"
 
 
+LINKS = ("best sample",)  # columns holding the anchor of a sample's block: shown as a link to it
+
+
+def _cell(column: str, value) -> str:
+    if column in LINKS:
+        return f'<a href="#{html.escape(str(value))}">open</a>' if value else ""
+    return html.escape(_fmt(value))
+
+
 def html_table(df: pd.DataFrame) -> str:
     if df.empty:
         return "<p><em>(none)</em></p>"
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td>{_cell(c, v)}</td>" for c, v in zip(df.columns, row)) + "</tr>"
                    for row in df.itertuples(index=False))
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
@@ -286,10 +335,60 @@ table { border-collapse: collapse; font-size: .85rem; margin: .6rem 0; }
 th, td { padding: .3rem .6rem; border-bottom: 1px solid #e4e7eb; text-align: right; }
 th:first-child, td:first-child, td:nth-child(2) { text-align: left; }
 thead th { background: #f5f7fa; position: sticky; top: 0; } svg { max-width: 100%; height: auto; }
+details { border-bottom: 1px solid #e4e7eb; padding: .2rem 0; } summary { cursor: pointer; font-size: .9rem; }
+pre { background: #f5f7fa; padding: .5rem; overflow-x: auto; font-size: .8rem; } pre.src { max-height: 30rem; }
 """
 
 
-def build(df: pd.DataFrame, title: str = "pkb_ray report") -> tuple[str, str]:
+SAMPLE_LIMIT = 3000  # blocks in one page; the rest are in the Parquet and W&B's samples table
+
+
+def sample_blocks(df: pd.DataFrame, limit: int = SAMPLE_LIMIT) -> str:
+    """One ``<details id=...>`` per result: status, message, per-rank times, speedup, SOL, round, source."""
+    out = []
+    rows = df.sort_values(["model", "problem_id", "sample_index", "world_size"])
+    for _, r in rows.head(limit).iterrows():
+        head = (f"{r['model']} / {r['problem_id']} #{int(r['sample_index'])} (W={int(r['world_size'])}, "
+                f"{r.get('size', '')}, {r.get('dtype', '')}, round {int(r.get('round', 0) or 0)}): {r['status']}")
+        if pd.notna(r.get("speedup")):
+            head += f", {r['speedup']:.3g}x"
+        if pd.notna(r.get("sol_fraction")):
+            head += f", {r['sol_fraction']:.3g} of SOL"
+        ranks = _rank_times(r)
+        out.append(f'<details id="{sample_anchor(r)}"><summary>{html.escape(head)}</summary>'
+                   + (f"<pre>{html.escape(str(r['message']))}</pre>" if str(r.get("message", "")).strip() else "")
+                   + (html_table(ranks) if not ranks.empty else "")
+                   + f"<pre class='src'>{html.escape(str(r.get('source', '') or ''))}</pre></details>")
+    more = len(rows) - limit
+    if more > 0:
+        out.append(f"<p class='note'>{more} more results are in the Parquet files (not shown here).</p>")
+    return "".join(out)
+
+
+def _rank_times(r) -> pd.DataFrame:
+    cols = ("ref_median_us", "ref_iqr_us", "cand_median_us", "cand_iqr_us")
+    values = [list(r.get(c)) if r.get(c) is not None and not isinstance(r.get(c), float) else [] for c in cols]
+    n = max(map(len, values))
+    return pd.DataFrame({"rank": range(n), **{
+        name: [v[i] if i < len(v) else math.nan for i in range(n)]
+        for name, v in zip(("reference us (median)", "reference IQR", "sample us (median)", "sample IQR"), values)}})
+
+
+def run_table(df: pd.DataFrame, run_info: dict | None) -> pd.DataFrame:
+    """What the runs were: hardware, versions seen in the rows, the W&B run, the config's main keys."""
+    rows = [("hardware", ", ".join(sorted(df["hardware"].astype(str).unique())))]
+    if "versions" in df:
+        seen: dict[str, set] = {}
+        for versions in df["versions"].dropna():
+            for k, v in (versions.items() if isinstance(versions, dict) else versions):
+                seen.setdefault(k, set()).add(str(v))
+        rows += [(k, ", ".join(sorted(v))) for k, v in sorted(seen.items())]
+    for key, value in (run_info or {}).items():
+        rows.append((key, value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)))
+    return pd.DataFrame(rows, columns=["what", "value"])
+
+
+def build(df: pd.DataFrame, title: str = "pkb_ray report", run_info: dict | None = None) -> tuple[str, str]:
     """(HTML page, Markdown summary) of result rows. With refinement rounds, every section counts
     each sample's latest version, and a section shows pass@1 and fast_1.0@1 after each round."""
     spread = across_nodes(prepare(df))
@@ -308,6 +407,9 @@ def build(df: pd.DataFrame, title: str = "pkb_ray report") -> tuple[str, str]:
         "failures": figure_failures(df) + html_table(failures),
         "problems": html_table(problems),
     }
+    blocks["grid"] = html_table(grid(df))
+    blocks["samples"] = sample_blocks(df)
+    blocks["run"] = html_table(run_table(df, run_info))
     sections = dict(SECTIONS)
     if spread is not None:
         sections["nodes"] = "Across nodes"
@@ -334,7 +436,10 @@ def build(df: pd.DataFrame, title: str = "pkb_ray report") -> tuple[str, str]:
         markdown_table(pivot.rename(columns={"pass": "pass@k", "fast_1.0": "fast_1.0@k"})),
         f"## {SECTIONS['speedups']}", "", NOTES["speedups"], "", markdown_table(speed),
         f"## {SECTIONS['failures']}", "", NOTES["failures"], "", markdown_table(failures),
-        f"## {SECTIONS['problems']}", "", NOTES["problems"], "", markdown_table(problems),
+        f"## {SECTIONS['problems']}", "", NOTES["problems"], "", markdown_table(problems.drop(columns="best sample")),
+        f"## {SECTIONS['grid']}", "", NOTES["grid"], "", markdown_table(grid(df)),
+        f"## {SECTIONS['samples']}", "", "Each result's message, per-rank times and source are in report.html.", "",
+        f"## {SECTIONS['run']}", "", NOTES["run"], "", markdown_table(run_table(df, run_info)),
     ] + ([f"## {sections['nodes']}", "", NOTES["nodes"], "", markdown_table(spread)] if spread is not None else [])
       + ([f"## {sections['verdicts']}", "", NOTES["verdicts"], "", markdown_table(both)] if both is not None else [])
       + ([f"## {sections['refinement']}", "", NOTES["refinement"], "", markdown_table(rounds)]
@@ -342,11 +447,13 @@ def build(df: pd.DataFrame, title: str = "pkb_ray report") -> tuple[str, str]:
     return page, md
 
 
-def write(df: pd.DataFrame, out_dir: Path, title: str = "pkb_ray report") -> tuple[Path, Path]:
-    """Write ``report.html`` and ``report.md`` into ``out_dir``; returns their paths."""
+def write(df: pd.DataFrame, out_dir: Path, title: str = "pkb_ray report",
+          run_info: dict | None = None) -> tuple[Path, Path]:
+    """Write ``report.html`` and ``report.md`` into ``out_dir``; returns their paths. ``run_info``:
+    what the run section shows besides the rows' hardware and versions (config, W&B run)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    page, md = build(df, title)
+    page, md = build(df, title, run_info)
     (out_dir / "report.html").write_text(page)
     (out_dir / "report.md").write_text(md)
     return out_dir / "report.html", out_dir / "report.md"

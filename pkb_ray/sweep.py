@@ -102,7 +102,11 @@ def _evaluate(cfg, rows, problems, chosen, results_dir, problems_dir, generated_
               flush=True)
     page = None
     if len(df):
-        html_path, md_path = write_report(everything, out_dir, title=f"{cfg.model.name} on {cfg.hardware.name}")
+        info = {"W&B run": tracker.where(), "model": cfg.model.name, "problems": cfg.problems.model_dump(mode="json"),
+                "backend": cfg.backend.model_dump(mode="json"), "eval": cfg.eval.model_dump(mode="json"),
+                "hardware profile": cfg.hardware.model_dump(mode="json")}
+        html_path, md_path = write_report(everything, out_dir, title=f"{cfg.model.name} on {cfg.hardware.name}",
+                                          run_info={k: v for k, v in info.items() if v})
         page = html_path.read_text()
         log.info("report: %s (and %s)", html_path, md_path.name)
     tracker.log_results(df, page)

@@ -65,6 +65,12 @@ class Tracker:
                               dir=str(run_dir), config=run_config, name=name, job_type=job_type,
                               tags=cfg.tags or None, reinit="finish_previous")
 
+    def where(self) -> str:
+        """The run's page (online), or its folder to ``wandb sync`` (offline); "" when disabled."""
+        if not self.run:
+            return ""
+        return getattr(self.run, "url", None) or f"offline: {self.run.dir}"
+
     def log_progress(self, done: int, total: int, correct: int, elapsed_s: float, busy_fraction: float) -> None:
         """One history step during the run: results so far, the running share correct (pass@1 of
         one sample per problem is not known until the end), samples/hour, how busy the gangs are."""

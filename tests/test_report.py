@@ -60,6 +60,13 @@ def test_report_has_every_section_with_the_right_numbers(run_dir, tmp_path):
     assert "| all_gather | collective | strong | 4 | 0.5 | 3 | 0.3 |" in text
     # failures: weak has 3 compile errors
     assert "weak" in text and "compile_error" in text
+    # every result has a block to open, and the per-problem table links each best sample to its block
+    assert html.count("<details id=") == len(df) and html.count(">open</a>") == 6
+    best = text.split("## Per problem")[1]
+    assert "reference us" in best and "best IQR us" in best
+    # the grid: strong's all_gather is 2 of 4 correct, best 3x
+    assert "| all_gather | 0.50 / 3.00x |" in text.split("## Models x problems")[1]
+    assert "| hardware | h200_2 |" in text.split("## The run")[1]
 
 
 def test_curves_start_at_pass1_and_reach_pass_at_n(run_dir):

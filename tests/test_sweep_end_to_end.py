@@ -80,7 +80,9 @@ def test_sweep_on_shipped_set(tmp_path):
     per_sample = json.loads(next(media.glob("samples_*.table.json")).read_text())
     assert len(per_sample["data"]) == len(shipped) and "source" in per_sample["columns"]
     # the report beside the results
-    assert 'id="leaderboard"' in (run_dir / "report.html").read_text()
+    page = (run_dir / "report.html").read_text()
+    assert 'id="leaderboard"' in page and page.count("<details id=") == len(shipped)
+    assert "sample us (median)" in page and "offline: " in page  # per-rank times; where the W&B run is
     assert "## Why samples fail" in (run_dir / "report.md").read_text()
 
     # the same sweep again into the same results folder: every sample is skipped, none is written twice
