@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
+import time
+from pathlib import Path
 
 import ray
 
@@ -26,6 +29,7 @@ from pkb_ray.placement import Layout, fits, no_room
 
 log = logging.getLogger(__name__)
 NOSET_CUDA = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
+GRAFANA_DASHBOARD = Path(__file__).resolve().parent.parent / "conf" / "grafana" / "pkb_ray_dashboard.json"
 
 
 def start_ray(cfg: SweepConfig, layouts: list[Layout] | None = None) -> None:
@@ -79,6 +83,25 @@ def _init_ray(cfg: SweepConfig) -> None:
     reaper.start(cfg.cache_path / "runs")  # this local Ray, gangs and ranks die with this process
     if cfg.ray.include_dashboard and getattr(context, "dashboard_url", None):
         print(dashboard_line(context.dashboard_url), file=sys.stderr, flush=True)
+        placed = install_grafana_dashboard(Path(context.address_info.get("session_dir", "")))
+        if placed:
+            print(f"Grafana: the 'pkb_ray run' dashboard is provisioned with Ray's; start Grafana with "
+                  f"--config {placed.parent.parent / 'grafana.ini'}", file=sys.stderr, flush=True)
+
+
+def install_grafana_dashboard(session_dir: Path, wait_s: float = 5.0) -> Path | None:
+    """Put conf/grafana/pkb_ray_dashboard.json (panels of the ``ray_pkb_*`` metrics) beside the
+    dashboards Ray provisions for this session (``<session>/metrics/grafana/dashboards``, written by
+    Ray's dashboard process shortly after start). None where Ray wrote none."""
+    folder = Path(session_dir) / "metrics" / "grafana" / "dashboards"
+    deadline = time.monotonic() + wait_s
+    while not folder.is_dir() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if not folder.is_dir():
+        return None
+    target = folder / GRAFANA_DASHBOARD.name
+    shutil.copyfile(GRAFANA_DASHBOARD, target)
+    return target
 
 
 def dashboard_line(url: str) -> str:

@@ -156,11 +156,12 @@ def status_table(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
 
 def per_problem(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
+    scores = summarize(df, ["problem_id", "model"], ks=(1,)).set_index(["problem_id", "model"])  # one pass@1
     for (pid, model), g in df.groupby(["problem_id", "model"], sort=True):
         ok = g[(g["status"] == Status.CORRECT.value) & g["speedup"].notna()]
         best = ok.loc[ok["speedup"].idxmax()] if len(ok) else None
         rows.append({"problem": pid, "category": g["category"].iloc[0], "model": model, "samples": len(g),
-                     "pass@1": (g["status"] == Status.CORRECT.value).mean(),
+                     "pass@1": scores.loc[(pid, model), pass_col(1)],
                      "best speedup": best["speedup"] if best is not None else math.nan,
                      "SOL fraction of best": best["sol_fraction"] if best is not None else math.nan,
                      "SOL": {"traced": "estimate (traced)"}.get(best.get("sol_source", ""), "")
@@ -203,9 +204,10 @@ def category_speedups(df: pd.DataFrame) -> pd.DataFrame:
     if ok.empty:
         return pd.DataFrame(columns=["category", "model", "correct", "geomean speedup", "faster than reference"])
     g = ok.groupby(["category", "model"])["speedup"]
+    scores = summarize(ok, ["category", "model"], ks=(1,)).set_index(["category", "model"])
     return pd.DataFrame({
         "correct": g.size(),
-        "geomean speedup": g.apply(lambda s: math.exp(s.map(math.log).mean())),
+        "geomean speedup": scores["geomean_speedup"],
         "faster than reference": g.apply(lambda s: (s > 1).mean()),
     }).reset_index()
 

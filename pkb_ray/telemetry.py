@@ -1,7 +1,7 @@
 """Live numbers of a run for the Ray dashboard (Prometheus metrics) and a progress line for the log.
 
 Metrics are recorded in the driver with ``ray.util.metrics``; Ray exports them on each node's
-metrics port with a ``ray_`` prefix (``ray_pkb_results``, ...), which the dashboard's Grafana
+metrics port with a ``ray_`` prefix (``ray_pkb_results_total``, ...), which the dashboard's Grafana
 panels and any Prometheus can read.
 """
 

@@ -44,3 +44,21 @@ def test_report_and_prompt_run_through_it(tmp_path):
 def test_the_package_declares_the_command():
     meta = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert meta["project"]["scripts"]["pkb-ray"] == "pkb_ray.cli:main"
+
+
+def test_the_grafana_dashboard_shows_every_metric_the_run_exports(tmp_path):
+    import json
+    import re
+
+    from pkb_ray import cluster
+
+    dash = json.loads(cluster.GRAFANA_DASHBOARD.read_text())
+    exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
+    defined = re.findall(r'(?:Counter|Gauge|Histogram)\("(pkb_\w+)"', (REPO / "pkb_ray" / "telemetry.py").read_text())
+    assert defined and all(f"ray_{m}" in exprs for m in defined)  # as Ray exports them: counters get _total
+    assert "ray_pkb_results_total" in exprs and "ray_pkb_eval_seconds_bucket" in exprs
+    # placed beside Ray's own dashboards of the session, when Ray wrote them
+    assert cluster.install_grafana_dashboard(tmp_path, wait_s=0) is None
+    (tmp_path / "metrics" / "grafana" / "dashboards").mkdir(parents=True)
+    placed = cluster.install_grafana_dashboard(tmp_path, wait_s=0)
+    assert placed and json.loads(placed.read_text())["uid"] == "pkb-ray-run"
