@@ -78,7 +78,8 @@ def _init_ray(cfg: SweepConfig) -> None:
     gpus = cfg.ray.num_gpus
     if gpus is None and cfg.hardware.device == "cpu":
         gpus = cfg.hardware.gpus_per_node * cfg.hardware.nodes  # logical GPUs: gangs of gloo ranks
-    context = ray.init(num_cpus=cfg.ray.num_cpus, num_gpus=gpus, resources=cfg.ray.resources or None,
+    # "local": a Ray of its own, even where another run's Ray is up (ray.init() would join that one)
+    context = ray.init(address="local", num_cpus=cfg.ray.num_cpus, num_gpus=gpus, resources=cfg.ray.resources or None,
                        include_dashboard=cfg.ray.include_dashboard, log_to_driver=True, configure_logging=False)
     reaper.start(cfg.cache_path / "runs")  # this local Ray, gangs and ranks die with this process
     if cfg.ray.include_dashboard and getattr(context, "dashboard_url", None):

@@ -20,20 +20,21 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from pkb_ray.config import ConfigError, SweepConfig, validate_config
 from pkb_ray.cluster import start_ray
+from pkb_ray.config import ConfigError, SweepConfig, validate_config
 from pkb_ray.llm import GenerationError, api_key
 from pkb_ray.metrics import final_and_rounds
-from pkb_ray.pipeline import run_pipeline, select_rows
+from pkb_ray.pipeline import select_rows
+from pkb_ray.pkb.solutions import number_mismatches
 from pkb_ray.problem import ProblemError, load_problems
+from pkb_ray.refine import evaluate_and_refine
 from pkb_ray.report import across_nodes
 from pkb_ray.report import prepare as prepare_rows
 from pkb_ray.report import write as write_report
-from pkb_ray.pkb.solutions import number_mismatches
 from pkb_ray.results import newest, read_results
 from pkb_ray.samples import read_samples
 from pkb_ray.selection import check_against_problems, resolve_path, with_problems_folder
-from pkb_ray.stages.generate import first_requests, generate, refine_requests
+from pkb_ray.stages.generate import first_requests, generate
 from pkb_ray.summary import format_summary
 from pkb_ray.tracking import Tracker
 
@@ -83,17 +84,7 @@ def _evaluate(cfg, rows, problems, chosen, results_dir, problems_dir, generated_
         tracker.log_progress(done, max(metrics.total - metrics.skipped, done), metrics.statuses["correct"],
                              time.monotonic() - started, busy)
 
-    run_pipeline(rows, cfg, problems, results_dir, problems_dir=problems_dir, on_progress=progress)
-    generated = list(rows)
-    refine_rounds = cfg.model.refine_rounds if cfg.model.provider == "openai" else 0
-    for round_ in range(1, refine_rounds + 1):
-        asks = refine_requests(cfg, chosen, newest(read_results(results_dir)), generated, round_)
-        log.info("refinement round %d: %d samples go back to the model", round_, len(asks))
-        if not asks:
-            break
-        new = generate(asks, cfg, generated_dir)
-        generated += new
-        run_pipeline(new, cfg, problems, results_dir, problems_dir=problems_dir, on_progress=progress)
+    evaluate_and_refine(rows, cfg, problems, chosen, results_dir, generated_dir, problems_dir, on_progress=progress)
     everything = newest(read_results(results_dir))  # this run's rows and those of the runs it resumes
     df, per_round = final_and_rounds(everything)  # each sample's latest version counts once
     print(format_summary(df), flush=True)
