@@ -21,18 +21,18 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from pkb_ray.config import ConfigError, SweepConfig, validate_config
 from pkb_ray.cluster import start_ray
+from pkb_ray.config import SweepConfig
+from pkb_ray.entry import run_job
 from pkb_ray.harness import Harness
-from pkb_ray.problem import Problem, ProblemError, load_problems, sol_time_us
+from pkb_ray.problem import Problem, load_problems, sol_time_us
 from pkb_ray.schema import Result, Sample, Status
 from pkb_ray.selection import check_against_problems, resolve_path, with_problems_folder
 from pkb_ray.stages.evaluate import GangPool
@@ -149,13 +149,7 @@ def run(cfg: SweepConfig, out_dir: Path) -> Path:
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(raw: DictConfig) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    try:
-        cfg = validate_config(OmegaConf.to_container(raw, resolve=True), source="config")
-        run(cfg, Path(cfg.output_dir))
-    except (ConfigError, ProblemError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    run_job(raw, lambda cfg: run(cfg, Path(cfg.output_dir)))
 
 
 if __name__ == "__main__":

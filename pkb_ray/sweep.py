@@ -8,25 +8,23 @@ table, and log the run to W&B (offline by default).
 from __future__ import annotations
 
 import logging
-import signal
-import sys
 import time
 from pathlib import Path
 
 import hydra
 import pandas as pd
-import ray
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from pkb_ray.cluster import start_ray
-from pkb_ray.config import ConfigError, SweepConfig, validate_config
-from pkb_ray.llm import GenerationError, api_key
+from pkb_ray.config import SweepConfig
+from pkb_ray.entry import run_job
+from pkb_ray.llm import api_key
 from pkb_ray.metrics import final_and_rounds
 from pkb_ray.pipeline import select_rows
 from pkb_ray.pkb.solutions import number_mismatches
-from pkb_ray.problem import ProblemError, load_problems
+from pkb_ray.problem import load_problems
 from pkb_ray.refine import evaluate_and_refine
 from pkb_ray.report import across_nodes
 from pkb_ray.report import prepare as prepare_rows
@@ -127,28 +125,9 @@ def sweep_identity() -> tuple[str | None, str | None]:
     return Path(hc.sweep.dir).name, hc.job.override_dirname or f"job{hc.job.num}"
 
 
-def _stop(signum: int, _frame) -> None:
-    """SIGTERM as an exit that unwinds: the pipeline's clean-up writes the results still waiting."""
-    raise SystemExit(128 + signum)
-
-
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(raw: DictConfig) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    signal.signal(signal.SIGTERM, _stop)
-    try:
-        cfg = validate_config(OmegaConf.to_container(raw, resolve=True), source="config")
-        run(cfg, Path(cfg.output_dir), *sweep_identity())
-    except (ConfigError, ProblemError, FileNotFoundError, GenerationError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    finally:
-        if ray.is_initialized() and not cfg_joined(raw):
-            ray.shutdown()
-
-
-def cfg_joined(raw: DictConfig) -> bool:
-    return bool(raw.get("ray", {}).get("address"))
+    run_job(raw, lambda cfg: run(cfg, Path(cfg.output_dir), *sweep_identity()))
 
 
 if __name__ == "__main__":
