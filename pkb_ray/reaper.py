@@ -99,14 +99,22 @@ def _watch(driver: int, record: Path) -> None:
     record.unlink(missing_ok=True)
 
 
+_started: dict[int, subprocess.Popen] = {}  # driver pid -> its reaper (one per driver, however many jobs)
+
+
 def start(runs_dir: Path) -> subprocess.Popen | None:
     """Start the reaper of this process (call after ``ray.init`` started a local Ray)."""
     if not Path("/proc/self/stat").exists():
         return None
+    running = _started.get(os.getpid())
+    if running is not None and running.poll() is None:
+        return running  # a later job of a Hydra multirun: the same process, the same reaper
     runs_dir.mkdir(parents=True, exist_ok=True)
     record = runs_dir / f"{os.getpid()}.json"
-    return subprocess.Popen([sys.executable, "-m", "pkb_ray.reaper", str(os.getpid()), str(record)],
-                            stdin=subprocess.DEVNULL, start_new_session=True)  # a terminal's ^C is the driver's
+    _started[os.getpid()] = subprocess.Popen(
+        [sys.executable, "-m", "pkb_ray.reaper", str(os.getpid()), str(record)],
+        stdin=subprocess.DEVNULL, start_new_session=True)  # a terminal's ^C is the driver's, not the reaper's
+    return _started[os.getpid()]
 
 
 def clean_up(runs_dir: Path) -> int:
