@@ -78,9 +78,8 @@ def _evaluate(cfg, rows, problems, chosen, results_dir, problems_dir, generated_
     started = time.monotonic()
 
     def progress(metrics, busy: float) -> None:
-        done = sum(metrics.statuses.values())
-        tracker.log_progress(done, max(metrics.total - metrics.skipped, done), metrics.statuses["correct"],
-                             time.monotonic() - started, busy)
+        tracker.log_progress(metrics.done, metrics.expected, metrics.statuses["correct"], time.monotonic() - started,
+                             busy)
 
     evaluate_and_refine(rows, cfg, problems, chosen, results_dir, generated_dir, problems_dir, on_progress=progress)
     everything = newest(read_results(results_dir))  # this run's rows and those of the runs it resumes

@@ -55,13 +55,22 @@ class RunMetrics:
         self._last_line = now
         return f"progress: {self.describe(now)}"
 
+    @property
+    def done(self) -> int:
+        """Results this run has written so far."""
+        return sum(self.statuses.values())
+
+    @property
+    def expected(self) -> int:
+        """Results this run will write: the total less what the results folder already had."""
+        return max(self.total - self.skipped, self.done)
+
     def describe(self, now: float | None = None) -> str:
         """``<done>/<total> (<pct>%) in <s> s, <rate>/h, ETA <s> s: <status counts>``."""
         now = time.monotonic() if now is None else now
-        done = sum(self.statuses.values())
+        done, total = self.done, self.expected
         elapsed = max(now - self.started, 1e-9)
         rate = done / elapsed * 3600
-        total = max(self.total - self.skipped, done)
         eta = f", ETA {(total - done) / (done / elapsed):.0f} s" if done and total > done else ""
         pct = f" ({100 * done / total:.0f}%)" if total else ""
         parts = " ".join(f"{k}={v}" for k, v in self.statuses.most_common())

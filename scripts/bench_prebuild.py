@@ -32,25 +32,20 @@ from pkb_ray.runner import extensions  # noqa: E402
 from pkb_ray.stages.compile import build_inline, build_settings  # noqa: E402
 
 CHECK = r"""
-import ast, json, sys
+import json, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[3])
 from pkb_ray.runner import extensions
+from pkb_ray.runner.steps import load_candidate
 counts = extensions.install(Path(sys.argv[2]), Path(sys.argv[4]), sys.argv[5])
-import importlib.util
-spec = importlib.util.spec_from_file_location("candidate", sys.argv[1])
-module = importlib.util.module_from_spec(spec); sys.modules["candidate"] = module
-spec.loader.exec_module(module)
-source = Path(sys.argv[1]).read_text()
-for node in ast.walk(ast.parse(source)):
-    if isinstance(node, ast.Call) and extensions._called(node.func) in extensions.BUILDERS:
-        try:
-            eval(compile(ast.Expression(node), "candidate.py", "eval"), module.__dict__)
-        except Exception:
-            pass
+module = load_candidate(sys.argv[1])
+for call in extensions.builder_calls(Path(sys.argv[1]).read_text()):
+    try:
+        extensions.make_call(call, module, "candidate.py")
+    except Exception:
+        pass
 print("CHECK " + json.dumps(counts))
 """
-
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -42,10 +42,9 @@ KEYED = ("cpp_sources", "cuda_sources", "functions", "extra_cflags", "extra_cuda
 def builds_inline(source: str) -> bool:
     """Does the source call a torch-extension builder anywhere?"""
     try:
-        tree = ast.parse(source)
+        return bool(builder_calls(source))
     except SyntaxError:
         return False
-    return any(isinstance(n, ast.Call) and _called(n.func) in BUILDERS for n in ast.walk(tree))
 
 
 def arch_list(arch: str) -> str:
@@ -145,24 +144,21 @@ def _build_child(sample_path: str, out_dir: str, extra_path: str, arch_list: str
     """In the sandboxed child: import the sample, make each builder call it can, report."""
     for p in reversed([p for p in extra_path.split(os.pathsep) if p]):
         sys.path.insert(0, p)
+    from pkb_ray.runner.steps import load_candidate  # steps imports this module: here, not at the top
+
     os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list  # no GPU here to ask
     counts = install(None, Path(out_dir))
-    source = Path(sample_path).read_text()
-    spec = importlib.util.spec_from_file_location("candidate", sample_path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["candidate"] = module
     try:
-        spec.loader.exec_module(module)  # a build at module level happens here
+        module = load_candidate(sample_path)  # a build at module level happens here
     except BaseException as exc:  # noqa: BLE001 - its import fails on the rank too: that is the verdict's job
         if counts["built"] and _build_failed(exc):
             return {"error": f"{type(exc).__name__}: {exc}"[-6000:]}
         return {"built": 0, "skipped": -1, "note": "import failed: " + traceback.format_exc(limit=3)[-800:]}
-    calls = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call) and _called(n.func) in BUILDERS]
     skipped, notes = 0, []
-    for node in calls:
+    for call in builder_calls(Path(sample_path).read_text()):
         before = counts["built"]
         try:
-            eval(compile(ast.Expression(node), sample_path, "eval"), module.__dict__)  # noqa: S307 - sandboxed
+            make_call(call, module, sample_path)
         except BaseException as exc:  # noqa: BLE001
             if counts["built"] > before and _build_failed(exc):
                 return {"error": f"{type(exc).__name__}: {exc}"[-6000:]}  # the compiler's message is the verdict
@@ -170,6 +166,16 @@ def _build_child(sample_path: str, out_dir: str, extra_path: str, arch_list: str
             skipped += 1
             notes.append(f"{type(exc).__name__}: {exc}"[:300])
     return {"built": counts["built"], "skipped": skipped, "notes": notes}
+
+
+def builder_calls(source: str) -> list[ast.Call]:
+    """Every call of a torch-extension builder in the source, wherever it is."""
+    return [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call) and _called(n.func) in BUILDERS]
+
+
+def make_call(call: ast.Call, module, filename: str):
+    """Evaluate one builder call with the imported module's globals (its arguments must be known there)."""
+    return eval(compile(ast.Expression(call), filename, "eval"), module.__dict__)  # noqa: S307 - sandboxed
 
 
 def main(argv: list[str]) -> int:
