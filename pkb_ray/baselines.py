@@ -29,6 +29,7 @@ import hydra
 from omegaconf import DictConfig
 
 from pkb_ray.cluster import start_ray
+from pkb_ray.paths import CONF_DIR
 from pkb_ray.config import SweepConfig
 from pkb_ray.entry import run_job
 from pkb_ray.harness import Harness
@@ -147,7 +148,7 @@ def run(cfg: SweepConfig, out_dir: Path) -> Path:
     return path
 
 
-@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def main(raw: DictConfig) -> None:
     run_job(raw, lambda cfg: run(cfg, Path(cfg.output_dir)))
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+from pkb_ray.paths import CONF_DIR
+
+CONF = CONF_DIR
 EXAMPLES = """examples:
   pkb-ray sweep                                          # the shipped replay set, local Ray, gloo, W&B offline
   pkb-ray sweep problems=smoke eval.size=default

@@ -25,11 +25,12 @@ import ray
 
 from pkb_ray import reaper, sandbox
 from pkb_ray.config import ConfigError, SweepConfig
+from pkb_ray.paths import CONF_DIR
 from pkb_ray.placement import Layout, fits, no_room
 
 log = logging.getLogger(__name__)
 NOSET_CUDA = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
-GRAFANA_DASHBOARD = Path(__file__).resolve().parent.parent / "conf" / "grafana" / "pkb_ray_dashboard.json"
+GRAFANA_DASHBOARD = CONF_DIR / "grafana" / "pkb_ray_dashboard.json"
 
 
 def start_ray(cfg: SweepConfig, layouts: list[Layout] | None = None) -> None:

@@ -36,6 +36,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pkb_ray.config import HardwareConfig
+from pkb_ray.paths import PROBLEMS_DIR
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -252,7 +253,7 @@ def load_problem(path: str | Path) -> Problem:
 
 
 def default_problems_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "problems"
+    return PROBLEMS_DIR
 
 
 def load_problems(directory: str | Path | None = None) -> dict[str, Problem]:

@@ -24,7 +24,6 @@ import tempfile
 import traceback
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist

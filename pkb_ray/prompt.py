@@ -11,14 +11,13 @@ hardware, the reference source, the backend's notes, a worked example from ``ker
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from string import Template
 
 from pkb_ray.config import EvalConfig, HardwareConfig, SweepConfig
 from pkb_ray.problem import Problem
-from pkb_ray.selection import REPO_ROOT
+from pkb_ray.paths import CONF_DIR, KERNELS_DIR
 
-TEMPLATES = REPO_ROOT / "conf" / "prompts"
+TEMPLATES = CONF_DIR / "prompts"
 # worked examples per backend, in order of preference: the first of another problem is shown
 EXAMPLES = {
     "torch": ["all_reduce/01_symm_mem_two_shot.py"],
@@ -44,7 +43,7 @@ def describe_hardware(hw: HardwareConfig, world_size: int) -> str:
 def example_for(backend: str, problem_id: str) -> str:
     for rel in EXAMPLES.get(backend, []):
         if not rel.startswith(problem_id + "/"):
-            return (REPO_ROOT / "kernels" / rel).read_text()
+            return (KERNELS_DIR / rel).read_text()
     return "# (no example of another problem for this backend)"
 
 
@@ -110,7 +109,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m pkb_ray.prompt problem=<id> [backend=torch|cuda|triton] [hydra overrides ...]",
               file=sys.stderr)
         return 2
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         raw = compose(config_name="config", overrides=["output_dir=.", *overrides])
     try:
         cfg = validate_config(OmegaConf.to_container(raw, resolve=True))

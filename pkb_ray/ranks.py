@@ -25,6 +25,7 @@ from typing import Any
 import torch.distributed as dist
 
 from pkb_ray import sandbox
+from pkb_ray.paths import CODE_ROOT
 from pkb_ray.runner import protocol
 from pkb_ray.runner.launch import read_exit
 
@@ -64,7 +65,7 @@ def child_env(extra: dict[str, str] | None = None, num_threads: int = 1, *, mult
     a step at its deadline anyway; these make the rank itself give up soon after, should the
     parent be unable to (``collective_timeout_s`` is also the process group's timeout).
     """
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(CODE_ROOT)
     ours = {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
             "PYTHONUNBUFFERED": "1"}
     defaults = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",  # a failed or timed-out collective ends the process

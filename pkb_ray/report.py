@@ -20,10 +20,12 @@ matplotlib SVG inlined in the page, so the page needs nothing else to be read.
 
 from __future__ import annotations
 
+import hashlib
 import html
 import io
 import json
 import math
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
@@ -31,7 +33,7 @@ from typing import Iterable
 import pandas as pd
 
 from pkb_ray.metrics import curves, fast_col, final_and_rounds, pass_col, summarize
-from pkb_ray.results import newest, read_results
+from pkb_ray.results import RESULT_KEY, newest, read_results
 from pkb_ray.schema import Status
 
 STATUS_COLORS = {
@@ -60,7 +62,7 @@ NOTES = {
                 "1e-2 after a float cast; dtype, inputs and timed calls not checked). Each row: a model's samples "
                 "that one rule passes and the other does not, with pkb_ray's status and the first line of why.",
     "grid": "Each cell: the share of the model's samples of the problem that are correct, and the best "
-            "correct speedup.",
+            "correct speedup (a link to that sample).",
     "samples": "Every result, by model and problem: open one for its message, each rank's median time and "
                "interquartile range (microseconds, reference and sample), and its source.",
     "run": "The hardware, the versions the results were measured with, the configuration and the W&B run.",
@@ -183,20 +185,44 @@ def _spread(row, column: str) -> float:
 
 
 def sample_anchor(row) -> str:
-    """The HTML id of a result's block in the samples section."""
-    return f"s-{str(row['sample_key'])[:16]}-w{int(row['world_size'])}-n{int(row.get('nodes', 1) or 1)}"
+    """The HTML id of a result's block in the samples section: a digest of its whole result key
+    (sample keys hold '/' and share long prefixes, so no part of one makes a safe, unique id)."""
+    key = "\x1f".join(str(row.get(k, "")) for k in RESULT_KEY)
+    return "s-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def _grid_cells(df: pd.DataFrame) -> dict[str, dict[str, tuple[str, str]]]:
+    """problem -> model -> (share correct and best correct speedup, the anchor of that best sample)."""
+    cells: dict[str, dict[str, tuple[str, str]]] = {}
+    for (pid, model), g in df.groupby(["problem_id", "model"], sort=True):
+        ok = g[(g["status"] == Status.CORRECT.value) & g["speedup"].notna()]
+        rate = (g["status"] == Status.CORRECT.value).mean()
+        best = ok.loc[ok["speedup"].idxmax()] if len(ok) else None
+        text = f"{rate:.2f}" + (f" / {best['speedup']:.2f}x" if best is not None else "")
+        cells.setdefault(pid, {})[model] = (text, sample_anchor(best) if best is not None else "")
+    return cells
 
 
 def grid(df: pd.DataFrame) -> pd.DataFrame:
     """Problems x models: each cell the share of correct samples and the best correct speedup."""
-    cells = {}
-    for (pid, model), g in df.groupby(["problem_id", "model"], sort=True):
-        ok = g.loc[g["status"] == Status.CORRECT.value, "speedup"].dropna()
-        rate = (g["status"] == Status.CORRECT.value).mean()
-        cells.setdefault(pid, {})[model] = f"{rate:.2f}" + (f" / {ok.max():.2f}x" if len(ok) else "")
     models = sorted(df["model"].unique())
-    return pd.DataFrame([{"problem": pid, **{m: row.get(m, "") for m in models}} for pid, row in sorted(cells.items())],
-                        columns=["problem", *models])
+    return pd.DataFrame([{"problem": pid, **{m: row.get(m, ("", ""))[0] for m in models}}
+                         for pid, row in sorted(_grid_cells(df).items())], columns=["problem", *models])
+
+
+def grid_html(df: pd.DataFrame) -> str:
+    """:func:`grid` as an HTML table whose cells open the best sample's block."""
+    models = sorted(df["model"].unique())
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in ["problem", *models])
+    rows = []
+    for pid, row in sorted(_grid_cells(df).items()):
+        cells = []
+        for m in models:
+            text, anchor = row.get(m, ("", ""))
+            cells.append(f'<td><a href="#{anchor}">{html.escape(text)}</a></td>' if anchor
+                         else f"<td>{html.escape(text)}</td>")
+        rows.append(f"<tr><td>{html.escape(pid)}</td>{''.join(cells)}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
 def category_speedups(df: pd.DataFrame) -> pd.DataFrame:
@@ -214,14 +240,17 @@ def category_speedups(df: pd.DataFrame) -> pd.DataFrame:
 
 # ---- figures -------------------------------------------------------------------------------------
 
-def _svg(fig) -> str:
-    import matplotlib.pyplot as plt
-
+def _svg(fig, name: str) -> str:
+    """``fig`` as inline SVG, its element ids prefixed with ``name``: matplotlib numbers them per
+    figure (figure_1, axes_1, ...), so several figures in one page would share ids and references."""
+    plt = _pyplot()
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
     text = buf.getvalue()
-    return text[text.index("<svg"):]
+    text = text[text.index("<svg"):]
+    text = re.sub(r'\bid="([^"]+)"', rf'id="{name}-\1"', text)
+    return re.sub(r'(href="#|url\(#)([^")]+)', rf"\1{name}-\2", text)
 
 
 def _pyplot():
@@ -251,7 +280,7 @@ def figure_curves(df: pd.DataFrame) -> str:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("mean over problems")
     axes[1].legend(loc="lower right", fontsize=8)
-    return _svg(fig)
+    return _svg(fig, "curves")
 
 
 def figure_speedups(df: pd.DataFrame) -> str:
@@ -275,7 +304,7 @@ def figure_speedups(df: pd.DataFrame) -> str:
     ax.axvline(1.0, color="#c62828", linewidth=1, linestyle="--")
     ax.set_xlabel("speedup over the reference (log scale; dashed: as fast)")
     ax.grid(axis="x", alpha=0.3)
-    return _svg(fig)
+    return _svg(fig, "speedups")
 
 
 def figure_failures(df: pd.DataFrame) -> str:
@@ -290,7 +319,7 @@ def figure_failures(df: pd.DataFrame) -> str:
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of samples")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    return _svg(fig)
+    return _svg(fig, "failures")
 
 
 # ---- output --------------------------------------------------------------------------------------
@@ -316,6 +345,8 @@ LINKS = ("best sample",)  # columns holding the anchor of a sample's block: show
 def _cell(column: str, value) -> str:
     if column in LINKS:
         return f'<a href="#{html.escape(str(value))}">open</a>' if value else ""
+    if isinstance(value, str) and value.startswith(("https://", "http://")) and " " not in value:
+        return f'<a href="{html.escape(value)}">{html.escape(value)}</a>'  # e.g. the W&B run
     return html.escape(_fmt(value))
 
 
@@ -342,6 +373,16 @@ pre { background: #f5f7fa; padding: .5rem; overflow-x: auto; font-size: .8rem; }
 """
 
 
+# A link to a closed <details> scrolls to it but leaves it shut: open whatever block the address names.
+OPEN_TARGET = """
+function openTarget() {
+  const el = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+  if (el && el.tagName === "DETAILS") { el.open = true; el.scrollIntoView(); }
+}
+addEventListener("hashchange", openTarget);
+addEventListener("DOMContentLoaded", openTarget);
+"""
+
 SAMPLE_LIMIT = 3000  # blocks in one page; the rest are in the Parquet and W&B's samples table
 
 
@@ -350,8 +391,10 @@ def sample_blocks(df: pd.DataFrame, limit: int = SAMPLE_LIMIT) -> str:
     out = []
     rows = df.sort_values(["model", "problem_id", "sample_index", "world_size"])
     for _, r in rows.head(limit).iterrows():
-        head = (f"{r['model']} / {r['problem_id']} #{int(r['sample_index'])} (W={int(r['world_size'])}, "
-                f"{r.get('size', '')}, {r.get('dtype', '')}, round {int(r.get('round', 0) or 0)}): {r['status']}")
+        where = [f"W={int(r['world_size'])}", *(str(r.get(k) or "") for k in ("size", "dtype")),
+                 f"round {int(r.get('round', 0) or 0)}"]
+        head = (f"{r['model']} / {r['problem_id']} #{int(r['sample_index'])} ({', '.join(filter(None, where))}): "
+                f"{r['status']}")
         if pd.notna(r.get("speedup")):
             head += f", {r['speedup']:.3g}x"
         if pd.notna(r.get("sol_fraction")):
@@ -409,7 +452,7 @@ def build(df: pd.DataFrame, title: str = "pkb_ray report", run_info: dict | None
         "failures": figure_failures(df) + html_table(failures),
         "problems": html_table(problems),
     }
-    blocks["grid"] = html_table(grid(df))
+    blocks["grid"] = grid_html(df)
     blocks["samples"] = sample_blocks(df)
     blocks["run"] = html_table(run_table(df, run_info))
     sections = dict(SECTIONS)
@@ -427,7 +470,7 @@ def build(df: pd.DataFrame, title: str = "pkb_ray report", run_info: dict | None
     body = "".join(f'<section id="{k}"><h2>{sections[k]}</h2><p class="note">{html.escape(NOTES[k])}</p>'
                    f'{blocks[k]}</section>' for k in sections)
     page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1><p class='meta'>{html.escape(meta)}</p>"
+            f"<style>{CSS}</style><script>{OPEN_TARGET}</script></head><body><h1>{html.escape(title)}</h1><p class='meta'>{html.escape(meta)}</p>"
             f"<nav>{nav}</nav>{body}</body></html>\n")
     c = curves(df, ["model"], ps=(1.0,))
     pivot = c.pivot_table(index=["model", "k"], columns="metric", values="value").reset_index()

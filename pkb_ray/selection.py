@@ -9,15 +9,15 @@ import sys
 from pathlib import Path
 
 from pkb_ray.config import ALL_PROBLEMS, ConfigError, HardwareConfig, SweepConfig
+from pkb_ray.paths import CODE_ROOT, CONF_DIR, DATA_ROOT
 from pkb_ray.problem import Problem
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def resolve_path(path: str) -> Path:
-    """A relative path is taken from the current folder, else from this checkout's root."""
+    """A relative path is taken from the current folder, else from pkb_ray's own folders (the
+    checkout's root, or the data an installed wheel carries)."""
     p = Path(path).expanduser()
-    return p if p.is_absolute() or p.exists() else REPO_ROOT / p
+    return p if p.is_absolute() or p.exists() else DATA_ROOT / p
 
 
 def with_problems_folder(cfg: SweepConfig) -> SweepConfig:
@@ -44,7 +44,7 @@ def private_paths(cfg: SweepConfig) -> list[Path]:
     out = resolve_path(cfg.output_dir).resolve()
     paths = [out, out / "results", out / "generated", out / "wandb"]
     paths += [resolve_path(p).resolve() for p in (cfg.results_dir, cfg.generated_dir, cfg.model.samples) if p]
-    needed = [REPO_ROOT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
+    needed = [CODE_ROOT, DATA_ROOT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
     return [p for p in dict.fromkeys(paths)
             if p.exists() and not any(n == p or n.is_relative_to(p) for n in needed)]
 
@@ -53,7 +53,7 @@ def hardware_profile(name: str) -> HardwareConfig:
     """The hardware profile ``conf/hardware/<name>.yaml``, validated (for scripts outside Hydra)."""
     from omegaconf import OmegaConf
 
-    return HardwareConfig.model_validate(OmegaConf.to_container(OmegaConf.load(REPO_ROOT / "conf/hardware" /
+    return HardwareConfig.model_validate(OmegaConf.to_container(OmegaConf.load(CONF_DIR / "hardware" /
                                                                               f"{name}.yaml")))
 
 

@@ -18,6 +18,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from pkb_ray.cluster import start_ray
+from pkb_ray.paths import CONF_DIR
 from pkb_ray.config import SweepConfig
 from pkb_ray.entry import run_job
 from pkb_ray.llm import api_key
@@ -124,7 +125,7 @@ def sweep_identity() -> tuple[str | None, str | None]:
     return Path(hc.sweep.dir).name, hc.job.override_dirname or f"job{hc.job.num}"
 
 
-@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def main(raw: DictConfig) -> None:
     run_job(raw, lambda cfg: run(cfg, Path(cfg.output_dir), *sweep_identity()))
 

@@ -50,7 +50,7 @@ def test_report_has_every_section_with_the_right_numbers(run_dir, tmp_path):
     for key, heading in SECTIONS.items():
         assert f'id="{key}"' in html and f"## {heading}" in text
     assert html.count("<svg") == 3  # curves, speedups, failures
-    assert "<script" not in html and "<link" not in html and 'src="http' not in html  # self-contained
+    assert "<script src" not in html and "<link" not in html and 'src="http' not in html  # self-contained
     # leaderboard: strong first; pass@1 = mean over problems of correct share (3/4, 2/4, 2/4)
     board = text.split("## Leaderboard")[1].split("##")[0]
     lines = [line for line in board.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]

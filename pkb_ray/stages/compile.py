@@ -30,13 +30,13 @@ import ray
 
 from pkb_ray import sandbox
 from pkb_ray.cuda import DEFAULT_ARCH, BuildSpec, CudaBuildError, build, find_sources
+from pkb_ray.paths import CODE_ROOT
 from pkb_ray.ranks import Isolation as RankIsolation
 from pkb_ray.reference_store import default_key_file
 from pkb_ray.runner import extensions
 from pkb_ray.sandbox import Isolation
 from pkb_ray.schema import Result, Sample, Status
 
-REPO_ROOT = Path(__file__).resolve().parents[2]  # the folder holding pkb_ray (for the child's sys.path)
 
 
 @dataclass(frozen=True)
@@ -104,9 +104,9 @@ def build_inline(module_source: str, settings: BuildSettings, paths: Sequence[st
                             readable=tuple(p for p in paths if Path(p).exists()), gpu=True)
         policy = iso.policy(work, 1)
         argv = [sys.executable, "-m", "pkb_ray.runner.extensions", str(work / "sample.py"), str(work / "ext"),
-                os.pathsep.join([*paths, str(REPO_ROOT)]), extensions.arch_list(settings.arch)]
+                os.pathsep.join([*paths, str(CODE_ROOT)]), extensions.arch_list(settings.arch)]
         env = sandbox.child_env(os.environ, {"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": os.pathsep.join(
-            [str(REPO_ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)])}, probe.level)
+            [str(CODE_ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)])}, probe.level)
         cmd = sandbox.command(argv, policy, probe, cwd_in_sandbox=str(work))
         try:
             with sandbox.CgroupSlot(probe, policy.limits) as slot:
