@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import logging
 import sys
@@ -173,6 +174,13 @@ class BuildCuda:
         return {"kind": kinds, "payload": payloads, **{k: list(batch[k]) for k in ("world", "nodes", "size", "dtype")}}
 
 
+def compile_actor_names() -> Callable[[], dict[str, str]]:
+    """Ray Data asks this for each compile actor it starts: names compile-0, compile-1, ... (as the
+    gangs are named), so the dashboard's actor list says what each one is."""
+    counter = itertools.count()
+    return lambda: {"name": f"compile-{next(counter)}"}
+
+
 def sample_stream(rows: list[dict[str, Any]], cfg: SweepConfig, problems_dir: str | None, done: set):
     """The Ray Data pipeline up to evaluation: rows -> validate/compile -> CUDA builds, streamed."""
     settings = build_settings(cfg.hardware.arch, cfg.cache_path, cfg.eval.compile_timeout_s, cfg.eval.isolation,
@@ -185,7 +193,8 @@ def sample_stream(rows: list[dict[str, Any]], cfg: SweepConfig, problems_dir: st
                         fn_constructor_kwargs={"settings": settings, "problems_dir": problems_dir,
                                                "hardware": {"hardware": cfg.hardware.name,
                                                             "device_backend": cfg.hardware.backend}},
-                        num_cpus=1, num_gpus=0, runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}})
+                        num_cpus=1, num_gpus=0, runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}},
+                        ray_remote_args_fn=compile_actor_names())
     return ds.iter_rows()
 
 

@@ -145,6 +145,17 @@ def test_pipeline_evaluates_identical_sources_once_and_resumes_without_repeating
     assert 'status="correct"' in scrape("ray_pkb_results") and scrape("ray_pkb_gang_busy_fraction")
 
 
+def test_the_compile_actors_are_named_for_the_dashboard(cluster, tmp_path, problems):
+    from pkb_ray.pipeline import run_pipeline
+
+    rows = [{"problem_id": "no_such_problem", "model": "a", "sample_index": i, "source": "x = 1\n"} for i in range(3)]
+    alive = []  # settled rows pass through the compile actors while the stream runs
+    results = run_pipeline(rows, config(tmp_path, [2]), problems, tmp_path / "results",
+                           on_result=lambda r: alive.extend(ray.util.list_named_actors()))
+    assert [r.status for r in results] == [Status.INVALID_SAMPLE] * 3
+    assert "compile-0" in alive
+
+
 def scrape(metric: str, within_s: float = 30.0) -> str:
     """Lines of ``metric`` on this node's Prometheus endpoint, once Ray has exported them."""
     import urllib.request
