@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import itertools
 import json
 import logging
 import sys
 import threading
 import time
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
@@ -174,11 +176,15 @@ class BuildCuda:
         return {"kind": kinds, "payload": payloads, **{k: list(batch[k]) for k in ("world", "nodes", "size", "dtype")}}
 
 
-def compile_actor_names() -> Callable[[], dict[str, str]]:
-    """Ray Data asks this for each compile actor it starts: names compile-0, compile-1, ... (as the
-    gangs are named), so the dashboard's actor list says what each one is."""
+def compile_actor_names() -> dict[str, Any]:
+    """``map_batches`` arguments that name the compile actors compile-0, compile-1, ... (as the gangs
+    are named), so the dashboard's actor list says what each one is. Ray Data asks the function
+    for each actor it starts. Ray 2.60 deprecates ``ray_remote_args_fn`` and names no successor:
+    without it (a later Ray), the actors keep Ray Data's own name."""
+    if "ray_remote_args_fn" not in inspect.signature(ray.data.Dataset.map_batches).parameters:
+        return {}
     counter = itertools.count()
-    return lambda: {"name": f"compile-{next(counter)}"}
+    return {"ray_remote_args_fn": lambda: {"name": f"compile-{next(counter)}"}}
 
 
 def sample_stream(rows: list[dict[str, Any]], cfg: SweepConfig, problems_dir: str | None, done: set):
@@ -189,12 +195,14 @@ def sample_stream(rows: list[dict[str, Any]], cfg: SweepConfig, problems_dir: st
     ds = ray.data.from_items([{"row": json.dumps(r, default=str)} for r in rows])
     ds = ds.flat_map(expand_row, fn_kwargs={"cfg": cfg.model_dump(mode="json"), "problems_dir": problems_dir,
                                             "done": frozenset(done)})
-    ds = ds.map_batches(BuildCuda, batch_size=1, compute=ray.data.ActorPoolStrategy(min_size=1, max_size=workers),
-                        fn_constructor_kwargs={"settings": settings, "problems_dir": problems_dir,
-                                               "hardware": {"hardware": cfg.hardware.name,
-                                                            "device_backend": cfg.hardware.backend}},
-                        num_cpus=1, num_gpus=0, runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}},
-                        ray_remote_args_fn=compile_actor_names())
+    with warnings.catch_warnings():  # the deprecation of ray_remote_args_fn (see compile_actor_names)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        ds = ds.map_batches(BuildCuda, batch_size=1, compute=ray.data.ActorPoolStrategy(min_size=1, max_size=workers),
+                            fn_constructor_kwargs={"settings": settings, "problems_dir": problems_dir,
+                                                   "hardware": {"hardware": cfg.hardware.name,
+                                                                "device_backend": cfg.hardware.backend}},
+                            num_cpus=1, num_gpus=0, runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}},
+                            **compile_actor_names())
     return ds.iter_rows()
 
 
