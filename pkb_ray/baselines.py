@@ -29,12 +29,13 @@ import hydra
 from omegaconf import DictConfig
 
 from pkb_ray.cluster import start_ray
-from pkb_ray.paths import CONF_DIR
 from pkb_ray.config import SweepConfig
 from pkb_ray.entry import run_job
 from pkb_ray.harness import Harness
+from pkb_ray.paths import CONF_DIR
+from pkb_ray.pipeline import where_for
 from pkb_ray.problem import Problem, load_problems, sol_time_us
-from pkb_ray.schema import Result, Sample, Status
+from pkb_ray.schema import EvalTask, Result, Sample, Status
 from pkb_ray.selection import check_against_problems, resolve_path, with_problems_folder
 from pkb_ray.stages.evaluate import GangPool
 
@@ -81,13 +82,13 @@ def measure(cfg: SweepConfig, problems: dict[str, Problem], ids: list[str], work
         finally:
             harness.close()
     spread = cfg.hardware.spread_layouts
-    tasks = [(reference_sample(problems[pid]), lay) for lay in spread for pid in ids
-             if problems[pid].meta.world_sizes.supports(lay.world_size)]
+    tasks = [EvalTask(reference_sample(problems[pid]), where_for(cfg, problems, pid, lay)) for lay in spread
+             for pid in ids if problems[pid].meta.world_sizes.supports(lay.world_size)]
     if tasks:
         start_ray(cfg, spread)
         pool = GangPool(cfg)
         try:
-            for r in pool.evaluate(tasks):
+            for _, r in pool.evaluate(tasks):
                 yield row_for(cfg, problems[r.problem_id], r)
         finally:
             pool.shutdown()

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pkb_ray.placement import Layout
+from pkb_ray.names import BACKENDS, Backend
 
 # Dict-valued keys are null in conf/ so that a command-line override replaces them whole (Hydra
 # refuses to add keys to a dict that the config already holds, even an empty one).
@@ -77,7 +78,7 @@ class BackendConfig(_Strict):
     """Which kinds of solution a run evaluates (and, with generation, asks for)."""
 
     name: str = "all"
-    backends: list[Literal["torch", "cuda", "triton", "parallelkittens"]] | None = Field(
+    backends: list[Literal[BACKENDS]] | None = Field(
         None, description="None: every backend; else only samples written for these")
 
 
@@ -252,7 +253,7 @@ class SweepConfig(_Strict):
 
     @model_validator(mode="after")
     def _generated_backends(self) -> "SweepConfig":
-        if self.model.provider != "replay" and "parallelkittens" in (self.backend.backends or []):
+        if self.model.provider != "replay" and Backend.PARALLELKITTENS in (self.backend.backends or []):
             raise ValueError("backend.backends: parallelkittens samples come from PKB's solution folders "
                              "(model.samples); a model is asked for torch, cuda or triton")
         return self

@@ -65,23 +65,22 @@ class Gang:
         launcher = SpreadLauncher(parts, store_host=ray.util.get_node_ip_address()) if self.hosts else None
         self.harness = Harness([d for _, ds in parts for d in ds], self.cfg.eval, hw,
                                load_problems(self.cfg.problems_dir), work_dir=self.cfg.cache_path / "work" / name,
-                               cache_dir=self.cfg.cache_path, launcher=launcher, private=private_paths(self.cfg))
+                               cache_dir=self.cfg.cache_path, launcher=launcher, private=private_paths(self.cfg),
+                               name=name)
         self.harness.prewarm()  # the first sample's rank processes start while the pool fills up
 
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "pid": os.getpid(), "devices": self.harness.devices,
                 "node": ray.get_runtime_context().get_node_id()}
 
-    def evaluate(self, sample: dict[str, Any]) -> dict[str, Any]:
-        s = Sample.model_validate(sample)
+    def evaluate(self, sample: Sample) -> Result:
         try:
-            result = self.harness.evaluate(s)
+            return self.harness.evaluate(sample)
         except Exception:  # noqa: BLE001 - an evaluator fault still yields this sample's row
-            result = Result.for_sample(s, Status.RUNTIME_ERROR, "evaluator error (not the sample's fault):\n"
-                                       + traceback.format_exc(), world_size=len(self.harness.devices),
-                                       nodes=self.harness.nodes,
-                                       hardware=self.cfg.hardware.name, device_backend=self.cfg.hardware.backend)
-        return result.model_copy(update={"gang": self.name}).model_dump(mode="json")
+            return Result.for_sample(sample, Status.RUNTIME_ERROR, "evaluator error (not the sample's fault):\n"
+                                     + traceback.format_exc(), world_size=len(self.harness.devices),
+                                     nodes=self.harness.nodes, hardware=self.cfg.hardware.name,
+                                     device_backend=self.cfg.hardware.backend, gang=self.name)
 
     def shutdown(self) -> None:
         self.harness.close()

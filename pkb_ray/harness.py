@@ -30,13 +30,15 @@ import torch
 from pkb_ray import sandbox
 from pkb_ray.config import EvalConfig, HardwareConfig
 from pkb_ray.cuda import DEFAULT_ARCH, ENV_ARCH, ENV_CACHE, ENV_TIMEOUT
+from pkb_ray.names import EvalPhase
 from pkb_ray.problem import Problem, Tolerance, Traffic, sol_time_us
 from pkb_ray.rank_pool import CleanRanks, RankPool
-from pkb_ray.ranks import Isolation, RankSet, StepOutcome
+from pkb_ray.ranks import Isolation, Ranks, RankSet, StepOutcome
 from pkb_ray.reference_store import default_key_file
 from pkb_ray.references import ReferenceChanged, ReferenceFailed, References, base_seeds, trial_seeds
 from pkb_ray.rounds import RoundDriver, Timing
 from pkb_ray.runner.extensions import arch_list
+from pkb_ray.runner.protocol import Step
 from pkb_ray.schema import Result, Sample, Status, TrialRecord
 from pkb_ray.timing import median_iqr, sample_time, speedup
 from pkb_ray.verdict import StepView, Verdict, step_failure, tampering, timed_verdict, trial_verdict
@@ -44,7 +46,7 @@ from pkb_ray.verdict import StepView, Verdict, step_failure, tampering, timed_ve
 __all__ = ["Harness", "ReferenceFailed", "describe"]
 
 
-def describe(outcome: StepOutcome, ranks: RankSet) -> str:
+def describe(outcome: StepOutcome, ranks: Ranks) -> str:
     """A one-paragraph account of a failed step, for result messages."""
     for rank, code in sorted(outcome.dead.items()):
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
@@ -59,7 +61,7 @@ def describe(outcome: StepOutcome, ranks: RankSet) -> str:
     return "ok"
 
 
-def step_verdict(outcome: StepOutcome, ranks: RankSet, prefix: str = "") -> Verdict | None:
+def step_verdict(outcome: StepOutcome, ranks: Ranks, prefix: str = "") -> Verdict | None:
     found = step_failure(StepView(outcome.reports, outcome.dead, outcome.missing))
     if found is None:
         return None
@@ -85,13 +87,14 @@ class Harness:
 
     def __init__(self, devices: list[str], eval_cfg: EvalConfig, hardware: HardwareConfig,
                  problems: dict[str, Problem], work_dir: Path, cache_dir: Path, launcher=None,
-                 private: list[Path] = ()):
-        """``launcher(job_dir=..., backend=..., ...)`` starts a rank set with RankSet's interface;
+                 private: list[Path] = (), name: str = ""):
+        """``launcher(job_dir=..., backend=..., ...)`` starts a :class:`~pkb_ray.ranks.Ranks`;
         by default a :class:`~pkb_ray.ranks.RankSet` on ``devices`` (one node). A gang spread over
         nodes passes a :class:`pkb_ray.spread.SpreadRankSet` maker, ``devices`` then listing all W.
         ``private``: paths no rank may see (the run's results and sample files), besides the
-        secrets under HOME and, for candidates, the cache."""
+        secrets under HOME and, for candidates, the cache. ``name``: the gang's, in every result."""
         self.devices = devices
+        self.name = name
         self._launcher = launcher or functools.partial(RankSet, devices)
         self.nodes = getattr(launcher, "nodes", 1)
         self.cfg = eval_cfg
@@ -134,7 +137,7 @@ class Harness:
             self.versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
             self.versions["gpu"] = torch.cuda.get_device_name(0)
 
-    def _spawn(self, job_dir: Path, role: str) -> RankSet:
+    def _spawn(self, job_dir: Path, role: str) -> Ranks:
         threads = max(1, (os.cpu_count() or 1) * self.nodes // len(self.devices))
         # the ranks' own collective timeout is a backstop: the parent kills a step at timeout_s first,
         # so a hang is reported as a timeout, not as the crash NCCL's watchdog would make of it
@@ -158,11 +161,11 @@ class Harness:
         size_label, knobs = problem.size(self.cfg.size)
         common = dict(category=problem.meta.category, world_size=len(self.devices), nodes=self.nodes, dtype=dtype,
                       size=size_label, hardware=self.hardware.name, device_backend=self.hardware.backend,
-                      versions=self.versions, isolation=self.isolation)
+                      versions=self.versions, isolation=self.isolation, gang=self.name)
         ensure = functools.partial(self.references.ensure, problem, len(self.devices), dtype, knobs,
                                    trial_seeds(self.cfg), self.hardware.device, nodes=self.nodes)
         expected = ensure()
-        clock.lap("reference")
+        clock.lap(EvalPhase.REFERENCE)
         ranks = self.pool.take()
         try:
             if not self.cfg.quiet_timing:
@@ -170,7 +173,7 @@ class Harness:
             fields = self._run(sample, problem, ranks, dtype, knobs, expected, clock, ensure)
         finally:
             self.pool.retire(ranks)
-            clock.lap("cleanup")
+            clock.lap(EvalPhase.CLEANUP)
         verdict = fields.pop("verdict")
         return Result.for_sample(sample, verdict.status, verdict.message, failed_rank=verdict.rank, started_at=started,
                                  finished_at=datetime.now(timezone.utc), eval_seconds=time.monotonic() - t0,
@@ -181,7 +184,7 @@ class Harness:
         if not ready.ok:
             raise RuntimeError(f"rank processes did not start: {describe(ready, ranks)}")
         device = {r: str(rep.get("device", "")) for r, rep in ready.reports.items()}
-        clock.lap("ready")
+        clock.lap(EvalPhase.READY)
         candidate = ranks.job_dir / "candidate.py"
         candidate.write_text(sample.source)
         out_dir = ranks.job_dir / "outputs"
@@ -189,12 +192,12 @@ class Harness:
         base = {"problem_path": str(problem.path), "dtype": dtype, "size": knobs}
         # a sample that builds its extensions on the rank (PKB's load_inline) gets the build's time too
         builds = sample.metadata.get("format") == "pkb"
-        outcome = ranks.run({**base, "step": "trials", "candidate_path": str(candidate), "seeds": expected.seeds,
+        outcome = ranks.run({**base, "step": Step.TRIALS, "candidate_path": str(candidate), "seeds": expected.seeds,
                              "structure": expected.structure, "out_dir": str(out_dir),
                              "prebuilt": sample.metadata.get("torch_extensions", ""),
                              "arch_list": arch_list(self.hardware.arch or DEFAULT_ARCH)},
                             self.cfg.timeout_s + (self.cfg.inline_build_timeout_s if builds else 0.0))
-        clock.lap("trials")
+        clock.lap(EvalPhase.TRIALS)
         rank_builds = {"rank_builds": max((int(rep.get("rank_builds") or 0) for rep in outcome.reports.values()),
                                           default=None)} if builds else {}
         found = step_verdict(outcome, ranks) or tampering(outcome.reports)
@@ -209,18 +212,18 @@ class Harness:
         trials = [TrialRecord(seed=c["id"], rank=r, ok=c["ok"], message=f"{c['where']}: {c['message']}" if c["message"]
                               else "", max_abs_error=c["max_abs_error"]) for r, rep in sorted(checks.items())
                   for c in rep["checks"]]
-        clock.lap("check")
+        clock.lap(EvalPhase.CHECK)
         first = [c.get("pkb") for rep in checks.values() for c in rep["checks"] if c["id"] == expected.seeds[0]]
         pkb = {"pkb_verdict": bool(first) and all(first), **rank_builds}
         found = trial_verdict(outcome.reports, checks, expected.reference, device)
         if found:
             return {"verdict": found, "trials": trials, **pkb}
         self.pool.quiet()
-        clock.lap("quiet")
+        clock.lap(EvalPhase.QUIET)
         kept = ranks.job_dir / "kept"
         kept.mkdir()
         timing = RoundDriver(ranks, base, self.cfg, kept, base_seeds(self.cfg)).run()
-        clock.lap("timing")
+        clock.lap(EvalPhase.TIMING)
         if timing.failed:
             found = step_verdict(timing.failed, ranks, prefix=f"during timing ({timing.what}): ")
             return {"verdict": found or tampering(timing.failed.reports), "trials": trials, **pkb}
@@ -228,7 +231,7 @@ class Harness:
         if found:
             return {"verdict": found, "trials": trials, **pkb}
         timed = self.references.check_timed(base, timing.picks, kept, tol, base_seeds(self.cfg))
-        clock.lap("timed_check")
+        clock.lap(EvalPhase.TIMED_CHECK)
         trials += [TrialRecord(kind="timed", seed=c["id"], rank=r, ok=c["ok"], max_abs_error=c["max_abs_error"],
                                message=f"{c['where']}: {c['message']}" if c["message"] else "")
                    for r, rep in sorted(timed.items()) for c in rep["checks"]]

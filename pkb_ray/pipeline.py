@@ -1,10 +1,19 @@
 """Wiring of the stages for one run: rows -> validate -> compile -> evaluate -> results.
 
-A Ray Data stream validates each row and checks its Python (``expand_row``, tasks), builds its
-CUDA sources (``BuildCuda``, CPU-only actors), and feeds the gang pool, which evaluates while the
-stream runs. Each row is evaluated at every world size of ``hardware.world_sizes`` that its
-problem supports. Each result is on disk within about a second (:class:`pkb_ray.results.ResultSink`),
-so a run that dies keeps what it finished, and a run resumed on the same folder skips it.
+Follow one sample row:
+
+1. :func:`sample_stream` puts the rows into a Ray Data stream. :func:`expand_row` (a task) turns
+   each row into one :class:`Prepared` item per gang layout it is evaluated on: an
+   :class:`~pkb_ray.schema.EvalTask` (validated, its Python compiled), a Result settled before any
+   rank runs (invalid, compile error), or nothing to do (its result is on disk: resume).
+2. :class:`BuildCuda` (CPU-only actors) builds the CUDA sources of each task, which may turn it
+   into a ``compile_error`` result.
+3. :class:`PipelineRun` takes the items as they come: settled results go to the sink; tasks go
+   to the gang pool (:class:`~pkb_ray.stages.evaluate.GangPool`) through a bounded
+   :class:`~pkb_ray.stages.evaluate.TaskFeed`, except copies of a source already taken
+   (:class:`Duplicates`), which get its verdict.
+4. Each verdict, and its copies, go to the :class:`~pkb_ray.results.ResultSink`, on disk within
+   about a second, so a run that dies keeps what it finished and a resumed run skips it.
 """
 
 from __future__ import annotations
@@ -13,25 +22,25 @@ import functools
 import hashlib
 import inspect
 import itertools
-import json
 import logging
 import sys
 import threading
 import time
 import warnings
-from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import ray
 from tqdm import tqdm
 
 from pkb_ray.config import SweepConfig
-from pkb_ray.pkb.static import PK_BACKEND, pk_world_size
+from pkb_ray.names import Backend
+from pkb_ray.pkb.static import pk_world_size
 from pkb_ray.placement import Layout
 from pkb_ray.problem import Problem, load_problems
 from pkb_ray.results import ResultSink, finished
-from pkb_ray.schema import Result, Sample
+from pkb_ray.schema import EvalTask, Result, Sample, Where
 from pkb_ray.selection import private_paths
 from pkb_ray.stages.compile import (BuildSettings, apply_build, build_inline, build_settings, build_sources,
                                     compile_sample, needs_build, uses_cuda)
@@ -51,7 +60,7 @@ def select_rows(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str
         ids &= {p.id for p in problems.values() if p.meta.category in cfg.problems.categories}
     backends = cfg.backend.backends
     return [r for r in rows if (r.get("problem_id") in ids or r.get("problem_id") not in problems)
-            and (backends is None or r.get("backend", "torch") in backends)]
+            and (backends is None or r.get("backend", Backend.TORCH) in backends)]
 
 
 def layouts_for(row: dict[str, Any], problems: dict[str, Problem], layouts: list[Layout]) -> list[Layout]:
@@ -59,21 +68,21 @@ def layouts_for(row: dict[str, Any], problems: dict[str, Problem], layouts: list
     validate says why)."""
     problem = problems.get(row.get("problem_id"))
     fitting = [lay for lay in layouts if problem is not None and problem.meta.world_sizes.supports(lay.world_size)]
-    if row.get("backend") == PK_BACKEND:  # compiled for one world size
+    if row.get("backend") == Backend.PARALLELKITTENS:  # compiled for one world size
         fitting = [lay for lay in fitting if lay.world_size == pk_world_size(str(row.get("source", "")))]
     return fitting or layouts[:1]
 
 
-def prepare(row: dict[str, Any], problems: dict[str, Problem], world_size: int, multicast: bool = False,
-            hardware: str = "") -> Sample | Result:
+def prepare(row: dict[str, Any], problems: dict[str, Problem], where: Where | int,
+            multicast: bool = False) -> Sample | Result:
     """Validate then compile one row: a Sample ready for a gang, or its final Result."""
-    out = validate(row, problems, world_size, multicast=multicast, hardware=hardware)
+    out = validate(row, problems, where, multicast=multicast)
     if isinstance(out, Sample):
-        out = compile_sample(out, world_size, problems[out.problem_id].meta.category)
+        out = compile_sample(out, where, problems[out.problem_id].meta.category)
     return out
 
 
-def build(sample: Sample, world_size: int, problems: dict[str, Problem], settings: BuildSettings) -> Sample | Result:
+def build(sample: Sample, where: Where | int, problems: dict[str, Problem], settings: BuildSettings) -> Sample | Result:
     """The CUDA builds of one sample in this process (nothing to do for pure Python)."""
     problem = problems[sample.problem_id]
     if uses_cuda(sample):
@@ -82,7 +91,7 @@ def build(sample: Sample, world_size: int, problems: dict[str, Problem], setting
         outcome = build_inline(sample.source, settings, tuple(getattr(problem.module, "READABLE", ())))
     else:
         return sample
-    return apply_build(sample, outcome, world_size, problem.meta.category)
+    return apply_build(sample, outcome, where, problem.meta.category)
 
 
 def prepare_here(row: dict[str, Any], problems: dict[str, Problem], world_size: int,
@@ -92,25 +101,14 @@ def prepare_here(row: dict[str, Any], problems: dict[str, Problem], world_size: 
     return build(out, world_size, problems, settings) if isinstance(out, Sample) else out
 
 
-def dedup_key(sample: Sample | Result, layout: Layout) -> tuple:
-    """Samples with the same key get the same verdict: evaluate one, copy it to the others."""
-    return (sample.problem_id, sample.backend, layout, hashlib.sha256(sample.source.encode()).hexdigest())
-
-
-def as_duplicate(result: Result, sample: Sample) -> Result:
-    """``result`` (of an identical sample) under ``sample``'s identity."""
-    return result.model_copy(update={"sample_key": sample.key, "model": sample.model, "sample_index": sample.sample_index,
-                                     "duplicate_of": result.sample_key})
-
-
 @functools.lru_cache(maxsize=4)
 def _problems(problems_dir: str | None) -> dict[str, Problem]:
     return load_problems(problems_dir)
 
 
-def identity(config: SweepConfig, problems: dict[str, Problem], problem_id: Any) -> dict[str, str]:
-    """Where and how this run evaluates a problem's samples, as every result row says it (part of
-    :data:`pkb_ray.results.RESULT_KEY`): the same for a verdict settled before any rank ran."""
+def where_for(config: SweepConfig, problems: dict[str, Problem], problem_id: Any, layout: Layout) -> Where:
+    """Where and how this run evaluates a problem's samples on ``layout``, as every result row says it:
+    the same for a verdict settled before any rank ran."""
     problem = problems.get(problem_id) if isinstance(problem_id, str) else None
     size: Any = config.eval.size
     try:
@@ -119,61 +117,68 @@ def identity(config: SweepConfig, problems: dict[str, Problem], problem_id: Any)
         label = size
     label = label if isinstance(label, str) else ",".join(f"{k}={v}" for k, v in sorted(dict(label).items()))
     dtype = config.eval.dtype or (problem.meta.dtypes[0] if problem is not None else "")
-    return {"hardware": config.hardware.name, "device_backend": config.hardware.backend, "size": label,
-            "dtype": dtype}
+    return Where(layout, hardware=config.hardware.name, device_backend=config.hardware.backend, size=label,
+                 dtype=dtype)
 
 
-def expand_row(item: dict[str, Any], cfg: dict[str, Any], problems_dir: str | None,
-               done: frozenset) -> list[dict[str, Any]]:
-    """Ray Data stage (validate + Python compile): one sample row -> a task or a settled result per world size."""
+@dataclass(frozen=True)
+class Row:
+    """A sample row as it enters the stream (kept whole: rows differ in their metadata's fields)."""
+
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the stream says of one (row, layout): a task for a gang, a result settled before any rank
+    ran, or neither (its final result is on disk already: resume skips it)."""
+
+    task: EvalTask | None = None
+    result: Result | None = None
+
+
+def prepare_at(row: dict[str, Any], where: Where, problems: dict[str, Problem], config: SweepConfig,
+               done: frozenset) -> Prepared:
+    """One row evaluated ``where``, validated and its Python compiled."""
+    prepared = prepare(row, problems, where, multicast=config.hardware.nvlink_multicast)
+    if isinstance(prepared, Sample):
+        key = (prepared.key, int(prepared.metadata.get("round", 0) or 0))
+    else:
+        key = (prepared.sample_key, prepared.round)
+    if (key[0], where.layout.world_size, where.layout.nodes, where.size, where.dtype, where.hardware, key[1]) in done:
+        return Prepared()
+    if isinstance(prepared, Sample):
+        return Prepared(task=EvalTask(prepared, where))
+    return Prepared(result=prepared)
+
+
+def expand_row(item: dict[str, Row], cfg: dict[str, Any], problems_dir: str | None,
+               done: frozenset) -> list[dict[str, Prepared]]:
+    """Ray Data stage (a task): one sample row -> a Prepared item per layout it is evaluated on."""
     config = SweepConfig.model_validate(cfg)
     problems = _problems(problems_dir)
-    row = json.loads(item["row"])
-    ident = identity(config, problems, row.get("problem_id"))
-    out = []
-    for lay in layouts_for(row, problems, config.hardware.layouts):
-        world, where = lay.world_size, {"world": lay.world_size, "nodes": lay.nodes, "size": ident["size"],
-                                        "dtype": ident["dtype"]}
-        prepared = prepare(row, problems, world, multicast=config.hardware.nvlink_multicast,
-                           hardware=config.hardware.name)
-        if isinstance(prepared, Sample):
-            key = (prepared.key, int(prepared.metadata.get("round", 0) or 0))
-        else:
-            key = (prepared.sample_key, prepared.round)
-        if (key[0], world, lay.nodes, ident["size"], ident["dtype"], ident["hardware"], key[1]) in done:
-            out.append({"kind": "skip", "payload": "", **where})
-        elif isinstance(prepared, Sample):
-            out.append({"kind": "task", "payload": prepared.model_dump_json(), **where})
-        else:  # settled before any rank ran: still say where and how it would have run
-            settled = prepared.model_copy(update={**ident, "nodes": lay.nodes})
-            out.append({"kind": "result", "payload": settled.model_dump_json(), **where})
-    return out
+    row = item["row"].data
+    return [{"item": prepare_at(row, where_for(config, problems, row.get("problem_id"), lay), problems, config, done)}
+            for lay in layouts_for(row, problems, config.hardware.layouts)]
 
 
 class BuildCuda:
     """Ray Data stage on CPU-only actors: builds the CUDA sources of each task (see stages.compile)."""
 
-    def __init__(self, settings: BuildSettings, hardware: dict[str, Any], problems_dir: str | None):
+    def __init__(self, settings: BuildSettings, problems_dir: str | None):
         self.settings = settings
-        self.hardware = hardware
         self.problems = _problems(problems_dir)
 
-    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
-        kinds, payloads = list(batch["kind"]), list(batch["payload"])
-        for i, (kind, payload) in enumerate(zip(kinds, payloads)):
-            if kind != "task":
-                continue
-            sample = Sample.model_validate_json(payload)
-            if not needs_build(sample):
-                continue
-            built = build(sample, int(batch["world"][i]), self.problems, self.settings)
-            if isinstance(built, Result):
-                update = {**self.hardware, "nodes": int(batch["nodes"][i]), "size": batch["size"][i],
-                          "dtype": batch["dtype"][i]}
-                kinds[i], payloads[i] = "result", built.model_copy(update=update).model_dump_json()
-            else:
-                payloads[i] = built.model_dump_json()
-        return {"kind": kinds, "payload": payloads, **{k: list(batch[k]) for k in ("world", "nodes", "size", "dtype")}}
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list[Prepared]]:
+        return {"item": [self.build(item) for item in batch["item"]]}
+
+    def build(self, item: Prepared) -> Prepared:
+        if item.task is None or not needs_build(item.task.sample):
+            return item
+        built = build(item.task.sample, item.task.where, self.problems, self.settings)
+        if isinstance(built, Result):
+            return Prepared(result=built)
+        return Prepared(task=EvalTask(built, item.task.where))
 
 
 def compile_actor_names() -> dict[str, Any]:
@@ -187,23 +192,118 @@ def compile_actor_names() -> dict[str, Any]:
     return {"ray_remote_args_fn": lambda: {"name": f"compile-{next(counter)}"}}
 
 
-def sample_stream(rows: list[dict[str, Any]], cfg: SweepConfig, problems_dir: str | None, done: set):
+def sample_stream(rows: list[dict[str, Any]], cfg: SweepConfig, problems_dir: str | None,
+                  done: set) -> Iterator[Prepared]:
     """The Ray Data pipeline up to evaluation: rows -> validate/compile -> CUDA builds, streamed."""
     settings = build_settings(cfg.hardware.arch, cfg.cache_path, cfg.eval.compile_timeout_s, cfg.eval.isolation,
                               private_paths(cfg), cfg.eval.inline_build_timeout_s)
     workers = cfg.eval.compile_workers or min(16, max(1, int(ray.cluster_resources().get("CPU", 1))))
-    ds = ray.data.from_items([{"row": json.dumps(r, default=str)} for r in rows])
+    ray.data.DataContext.get_current().enable_fallback_to_arrow_object_ext_type = True  # our records, pickled
+    ds = ray.data.from_items([{"row": Row(r)} for r in rows])
     ds = ds.flat_map(expand_row, fn_kwargs={"cfg": cfg.model_dump(mode="json"), "problems_dir": problems_dir,
                                             "done": frozenset(done)})
     with warnings.catch_warnings():  # the deprecation of ray_remote_args_fn (see compile_actor_names)
         warnings.simplefilter("ignore", DeprecationWarning)
         ds = ds.map_batches(BuildCuda, batch_size=1, compute=ray.data.ActorPoolStrategy(min_size=1, max_size=workers),
-                            fn_constructor_kwargs={"settings": settings, "problems_dir": problems_dir,
-                                                   "hardware": {"hardware": cfg.hardware.name,
-                                                                "device_backend": cfg.hardware.backend}},
+                            fn_constructor_kwargs={"settings": settings, "problems_dir": problems_dir},
                             num_cpus=1, num_gpus=0, runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}},
                             **compile_actor_names())
-    return ds.iter_rows()
+    return (row["item"] for row in ds.iter_rows())
+
+
+def dedup_key(task: EvalTask) -> tuple:
+    """Tasks with the same key get the same verdict: evaluate one, copy it to the others."""
+    sample = task.sample
+    return sample.problem_id, sample.backend, task.where, hashlib.sha256(sample.source.encode()).hexdigest()
+
+
+class Duplicates:
+    """Identical samples (same problem, backend, source and placement) are evaluated once: the first
+    is evaluated, and the others get its verdict, whether they arrive before it is known or after.
+    Tasks arrive on the feed's thread and verdicts on the pool's, hence the lock."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[tuple, list[Sample]] = {}  # key -> samples after the first, until its verdict
+        self._verdicts: dict[tuple, Result] = {}
+        self._lock = threading.Lock()
+
+    def arrive(self, task: EvalTask) -> EvalTask | Result | None:
+        """The task if it is the first of its kind (evaluate it), a copy of a verdict already known,
+        or None (it will be copied when the verdict comes)."""
+        key = dedup_key(task)
+        with self._lock:
+            verdict = self._verdicts.get(key)
+            if verdict is not None:
+                return verdict.copied_for(task.sample)
+            if key in self._waiting:
+                self._waiting[key].append(task.sample)
+                return None
+            self._waiting[key] = []
+            return task
+
+    def verdict(self, task: EvalTask, result: Result) -> list[Result]:
+        """The copies of ``result`` for the samples identical to ``task`` that arrived before it."""
+        key = dedup_key(task)
+        with self._lock:
+            self._verdicts[key] = result
+            return [result.copied_for(sample) for sample in self._waiting.pop(key, [])]
+
+
+class PipelineRun:
+    """One run of the pipeline: the stream's items in, results out (sink, metrics, callbacks)."""
+
+    def __init__(self, rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str, Problem],
+                 results_dir: Path, flush_every: int, resume: bool, problems_dir: str | None):
+        self.rows, self.cfg, self.problems_dir, self.results_dir = rows, cfg, problems_dir, results_dir
+        self.done = finished(results_dir) if resume else set()
+        self.results: list[Result] = []
+        self.sink = ResultSink(results_dir, max_rows=flush_every)  # on disk within about a second
+        self.duplicates = Duplicates()
+        self.metrics = RunMetrics()
+        self.metrics.total = sum(len(layouts_for(r, problems, cfg.hardware.layouts)) for r in rows)
+        self.bar = tqdm(total=self.metrics.total, unit="result", desc="pkb_ray", dynamic_ncols=True, mininterval=1.0,
+                        disable=not sys.stderr.isatty())  # in a log (no terminal) the progress line says it instead
+        self.on_result: Callable[[Result], None] | None = None
+        self._lock = threading.Lock()  # results come from the feed's thread (settled rows) and the pool's
+
+    def tasks(self) -> Iterator[EvalTask]:
+        """The stream's tasks for the gangs; settled results, copies and skips are dealt with here."""
+        for item in sample_stream(self.rows, self.cfg, self.problems_dir, self.done):
+            if item.result is not None:
+                self.emit(item.result)
+            elif item.task is None:
+                self.metrics.skipped += 1
+                self.bar.update(1)
+            else:
+                if "compile_seconds" in item.task.sample.metadata:
+                    self.metrics.compiled(float(item.task.sample.metadata["compile_seconds"]))
+                first = self.duplicates.arrive(item.task)
+                if isinstance(first, Result):
+                    self.emit(first)
+                elif first is not None:
+                    yield first
+
+    def emit(self, result: Result) -> None:
+        self.metrics.result(result.status.value, result.world_size, 0.0 if result.duplicate_of else result.eval_seconds)
+        self.bar.update(1)
+        with self._lock:
+            self.results.append(result)
+            self.sink.add(result)
+            if self.on_result:
+                self.on_result(result)
+
+    def verdict(self, task: EvalTask, result: Result) -> None:
+        """A gang's result, and the copies for the identical samples that wait for it."""
+        self.emit(result)
+        for copy in self.duplicates.verdict(task, result):
+            self.emit(copy)
+
+    def close(self) -> None:
+        self.sink.close()
+        self.bar.close()
+        if self.metrics.skipped:
+            log.info("resume: %d (sample, world size) pairs already have a final result in %s", self.metrics.skipped,
+                     self.results_dir)
 
 
 def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str, Problem], results_dir: Path,
@@ -213,82 +313,31 @@ def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[st
     """Evaluate ``rows`` into ``results_dir``; with ``resume``, rows with a final result there are skipped.
 
     Ray Data streams the rows through validation and compilation while the gang pool evaluates
-    what is ready; the pool's bounded intake (TaskFeed) is the backpressure. Identical samples are
-    evaluated once: later copies get the verdict (``duplicate_of``) as soon as it exists.
+    what is ready; the pool's bounded intake (TaskFeed) is the backpressure. ``on_progress`` is
+    called at most every PROGRESS_EVERY_S and at the end; ``report`` (benchmarks) gets the pool's
+    figures.
     """
-    done = finished(results_dir) if resume else set()
-    results: list[Result] = []
-    sink = ResultSink(results_dir, max_rows=flush_every)  # on disk within about a second
-    lock = threading.Lock()  # results arrive from the feed thread (settled rows) and the pool (verdicts)
-    groups: dict[tuple, list[Sample]] = {}
-    verdicts: dict[tuple, Result] = {}
-    counts = Counter()
-
-    metrics = RunMetrics()
-    metrics.total = sum(len(layouts_for(r, problems, cfg.hardware.layouts)) for r in rows)
-    bar = tqdm(total=metrics.total, unit="result", desc="pkb_ray", dynamic_ncols=True, mininterval=1.0,
-               disable=not sys.stderr.isatty())  # in a log (no terminal) the progress line says it instead
-
-    def emit(result: Result) -> None:
-        metrics.result(result.status.value, result.world_size, 0.0 if result.duplicate_of else result.eval_seconds)
-        bar.update(1)
-        with lock:
-            results.append(result)
-            sink.add(result)
-            if on_result:
-                on_result(result)
-
-    def tasks():
-        for item in sample_stream(rows, cfg, problems_dir, done):
-            counts[item["kind"]] += 1
-            if item["kind"] == "skip":
-                metrics.skipped += 1
-                bar.update(1)
-            if item["kind"] == "result":
-                emit(Result.model_validate_json(item["payload"]))
-            elif item["kind"] == "task":
-                nodes, world = int(item["nodes"]), int(item["world"])
-                sample, lay = Sample.model_validate_json(item["payload"]), Layout(nodes, world // nodes)
-                if "compile_seconds" in sample.metadata:
-                    metrics.compiled(float(sample.metadata["compile_seconds"]))
-                key = dedup_key(sample, lay)
-                with lock:
-                    verdict = verdicts.get(key)
-                    first = key not in groups
-                    groups.setdefault(key, []).append(sample)
-                if verdict is not None:
-                    emit(as_duplicate(verdict, sample))
-                elif first:
-                    yield sample, lay
-
-    pool = GangPool(cfg, metrics)
+    run = PipelineRun(rows, cfg, problems, results_dir, flush_every, resume, problems_dir)
+    run.on_result = on_result
+    pool = GangPool(cfg, run.metrics)
     t0 = last_progress = time.monotonic()
     try:
-        for n, result in enumerate(pool.evaluate(TaskFeed(tasks())), 1):
-            key = dedup_key(result, result.layout)
-            with lock:
-                verdicts[key] = result
-                copies = groups.get(key, [])[1:]
-            emit(result)
-            for sample in copies:
-                emit(as_duplicate(result, sample))
-            log.info("[%d evaluated, %d results] %s #%d W=%d %s on %s (%.1fs)", n, len(results), result.problem_id,
+        for n, (task, result) in enumerate(pool.evaluate(TaskFeed(run.tasks())), 1):
+            run.verdict(task, result)
+            log.info("[%d evaluated, %d results] %s #%d W=%d %s on %s (%.1fs)", n, len(run.results), result.problem_id,
                      result.sample_index, result.world_size, result.status.value, result.gang, time.monotonic() - t0)
-            line = metrics.progress_line()
+            line = run.metrics.progress_line()
             if line:
                 log.info("%s | gangs busy %.0f%% of their time", line, 100 * pool.busy_fraction)
             if on_progress and time.monotonic() - last_progress >= PROGRESS_EVERY_S:
-                on_progress(metrics, pool.busy_fraction)  # e.g. a W&B history step
+                on_progress(run.metrics, pool.busy_fraction)  # e.g. a W&B history step
                 last_progress = time.monotonic()
     finally:
         pool.shutdown()
-        if report is not None:  # for benchmarks
+        if report is not None:
             report.update(evaluated=pool.stats["evaluated"], busy_fraction=pool.busy_fraction,
                           busy_s=pool.busy_s, alive_s=pool.alive_s)
-        sink.close()
-        bar.close()
+        run.close()
         if on_progress:
-            on_progress(metrics, pool.busy_fraction)
-    if counts["skip"]:
-        log.info("resume: %d (sample, world size) pairs already have a final result in %s", counts["skip"], results_dir)
-    return results
+            on_progress(run.metrics, pool.busy_fraction)
+    return run.results

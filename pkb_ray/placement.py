@@ -56,31 +56,33 @@ def plan_gangs(free_gpus: Mapping[str, int], queued: Mapping[LayoutLike, int],
     """
     free = dict(free_gpus)
     have = {k: (running or {}).get(k, 0) for k in queued}
-
-    def fitting(key) -> list[str]:
-        lay = Layout.of(key)
-        nodes = sorted((n for n, g in free.items() if g >= lay.per_node), key=lambda n: (free[n], n))
-        return nodes[:lay.nodes] if len(nodes) >= lay.nodes else []  # best fit keeps big holes for big gangs
-
     plan: list[tuple[LayoutLike, tuple[str, ...]]] = []
-
-    def place(key) -> None:
-        nodes = fitting(key)
-        for n in nodes:
-            free[n] -= Layout.of(key).per_node
-        have[key] += 1
-        plan.append((key, tuple(nodes)))
-
     wanted = sorted((k for k, n in queued.items() if n > 0), key=lambda k: (Layout.of(k).world_size, Layout.of(k)),
                     reverse=True)
-    for k in wanted:
-        if have[k] == 0 and fitting(k):
-            place(k)
-    while True:
-        open_ = [k for k in wanted if have[k] < queued[k] and fitting(k)]
+    for k in wanted:  # first, one gang for each layout that has none, largest first
+        if have[k] == 0 and _fitting(k, free):
+            _place(k, free, have, plan)
+    while True:  # then each gang where the queue per gang is longest
+        open_ = [k for k in wanted if have[k] < queued[k] and _fitting(k, free)]
         if not open_:
             return plan
-        place(max(open_, key=lambda k: (queued[k] / max(have[k], 1e-9), Layout.of(k).world_size)))
+        _place(max(open_, key=lambda k: (queued[k] / max(have[k], 1e-9), Layout.of(k).world_size)), free, have, plan)
+
+
+def _fitting(key: LayoutLike, free: Mapping[str, int]) -> list[str]:
+    """The nodes a gang of ``key`` would take (best fit keeps big holes for big gangs); [] if it does not fit."""
+    lay = Layout.of(key)
+    nodes = sorted((n for n, g in free.items() if g >= lay.per_node), key=lambda n: (free[n], n))
+    return nodes[:lay.nodes] if len(nodes) >= lay.nodes else []
+
+
+def _place(key: LayoutLike, free: dict[str, int], have: dict, plan: list) -> None:
+    """Add a gang of ``key`` to ``plan``, taking its GPUs from ``free``."""
+    nodes = _fitting(key, free)
+    for n in nodes:
+        free[n] -= Layout.of(key).per_node
+    have[key] += 1
+    plan.append((key, tuple(nodes)))
 
 
 def fits(layout: LayoutLike, node_gpus: Mapping[str, int]) -> bool:

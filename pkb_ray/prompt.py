@@ -14,8 +14,9 @@ import sys
 from string import Template
 
 from pkb_ray.config import EvalConfig, HardwareConfig, SweepConfig
-from pkb_ray.problem import Problem
+from pkb_ray.names import Backend, Status
 from pkb_ray.paths import CONF_DIR, KERNELS_DIR
+from pkb_ray.problem import Problem
 
 TEMPLATES = CONF_DIR / "prompts"
 # worked examples per backend, in order of preference: the first of another problem is shown
@@ -76,7 +77,7 @@ def feedback(result: dict, cfg: SweepConfig, slow_below: float) -> str:
     """What the model is told about its last answer (a result row): status, the evaluator's message or
     the measured speed, and what to do next."""
     status = result["status"]
-    if status == "correct":
+    if status == Status.CORRECT.value:
         speed = result.get("speedup")
         sol = result.get("sol_fraction")
         details = (f"Correct on every rank. Speedup over the reference: {speed:.2f}x (reference "
@@ -120,7 +121,7 @@ def main(argv: list[str]) -> int:
     if problem_id not in problems:
         print(f"error: problem: unknown id {problem_id!r}; known: {', '.join(sorted(problems))}", file=sys.stderr)
         return 2
-    backend = (cfg.backend.backends or ["torch"])[0]
+    backend = (cfg.backend.backends or [Backend.TORCH])[0]
     for m in messages(problems[problem_id], backend, cfg):
         print(f"===== {m['role']} =====\n{m['content']}\n")
     return 0

@@ -16,10 +16,10 @@ from collections import deque
 from pathlib import Path
 from typing import Callable
 
-from pkb_ray.ranks import RankSet
+from pkb_ray.ranks import Ranks
 
 
-def retire(ranks: RankSet, reapers: list[threading.Thread]) -> None:
+def retire(ranks: Ranks, reapers: list[threading.Thread]) -> None:
     """Kill a rank set now; reap it and delete its folder in the background."""
     ranks.signal_kill()
 
@@ -36,17 +36,17 @@ def retire(ranks: RankSet, reapers: list[threading.Thread]) -> None:
 class RankPool:
     """Candidates' rank sets, fresh for every sample, started ``prewarm`` ahead."""
 
-    def __init__(self, spawn: Callable[[Path, str], RankSet], work_dir: Path, prewarm: int, quiet_timing: bool,
+    def __init__(self, spawn: Callable[[Path, str], Ranks], work_dir: Path, prewarm: int, quiet_timing: bool,
                  startup_timeout_s: float):
-        self._spawn = spawn  # (job_dir, role) -> a started RankSet
+        self._spawn = spawn  # (job_dir, role) -> a started rank set
         self.work_dir = work_dir
         self.depth = prewarm
         self.quiet_timing = quiet_timing
         self.startup_timeout_s = startup_timeout_s
-        self._ahead: deque[RankSet] = deque()  # started, oldest first
+        self._ahead: deque[Ranks] = deque()  # started, oldest first
         self.reapers: list[threading.Thread] = []
 
-    def take(self) -> RankSet:
+    def take(self) -> Ranks:
         if not self._ahead:  # quiet timing: the next batch starts together with this sample's set
             self._fill(self.depth + 1)
         return self._ahead.popleft()
@@ -76,7 +76,7 @@ class RankPool:
                 self._ahead.remove(ranks)
                 self.retire(ranks)
 
-    def retire(self, ranks: RankSet) -> None:
+    def retire(self, ranks: Ranks) -> None:
         retire(ranks, self.reapers)
 
     def close(self) -> None:
@@ -91,14 +91,14 @@ class RankPool:
 class CleanRanks:
     """The gang's clean rank set: started on first use, restarted if it ever fails."""
 
-    def __init__(self, spawn: Callable[[Path, str], RankSet], work_dir: Path, startup_timeout_s: float):
+    def __init__(self, spawn: Callable[[Path, str], Ranks], work_dir: Path, startup_timeout_s: float):
         self._spawn = spawn
         self.work_dir = work_dir
         self.startup_timeout_s = startup_timeout_s
-        self._ranks: RankSet | None = None
+        self._ranks: Ranks | None = None
         self.reapers: list[threading.Thread] = []
 
-    def get(self) -> RankSet:
+    def get(self) -> Ranks:
         """The running clean set, started now if there is none; raises if it cannot start."""
         if self._ranks is None:
             ranks = self._spawn(Path(tempfile.mkdtemp(prefix="clean-", dir=self.work_dir)), "clean")

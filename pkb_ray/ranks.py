@@ -20,7 +20,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch.distributed as dist
 
@@ -28,6 +28,7 @@ from pkb_ray import sandbox
 from pkb_ray.paths import CODE_ROOT
 from pkb_ray.runner import protocol
 from pkb_ray.runner.launch import read_exit
+from pkb_ray.runner.protocol import Step
 
 ERROR_GRACE_S = 2.0  # after one rank fails, how long the others get to report before being killed
 POLL_S = 0.02
@@ -139,6 +140,27 @@ class Isolation:
                               limits=limits)
 
 
+class Ranks(Protocol):
+    """The rank set that the harness, the reference checks and the timed rounds drive: W rank
+    processes of one sample (or the clean set) on one node (:class:`RankSet`), or spread over
+    nodes (:class:`pkb_ray.spread.SpreadRankSet`)."""
+
+    job_dir: Path  # where the ranks read commands' files and write their reports
+
+    @property
+    def ranks(self) -> list[int]: ...  # the global ranks
+
+    def wait_ready(self, timeout_s: float) -> StepOutcome: ...  # until every rank joined its process group
+
+    def run(self, cmd: dict[str, Any], timeout_s: float) -> StepOutcome: ...  # one step on every rank
+
+    def log_tail(self, rank: int, chars: int = LOG_TAIL_CHARS) -> str: ...  # the end of a rank's output
+
+    def signal_kill(self) -> None: ...  # SIGKILL to every rank, without waiting
+
+    def kill(self) -> None: ...  # kill and reap every rank
+
+
 class RankSet:
     """This node's ranks of one process group: all W of them, or (in a gang spread over nodes, see
     :mod:`pkb_ray.spread`) ranks ``first_rank ..`` of W, meeting at another process's store."""
@@ -202,7 +224,7 @@ class RankSet:
         return [self.proc.pid]
 
     def wait_ready(self, timeout_s: float) -> StepOutcome:
-        return self.wait("ready", time.monotonic() + timeout_s, since=self.started_at)
+        return self.wait(Step.READY, time.monotonic() + timeout_s, since=self.started_at)
 
     def send(self, cmd: dict[str, Any]) -> None:
         line = (json.dumps(cmd) + "\n").encode()
@@ -261,7 +283,7 @@ class RankSet:
         if self.closed:
             return
         self.closed = True
-        self.send({"step": "exit"})
+        self.send({"step": Step.EXIT})
         try:
             self.proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:

@@ -25,6 +25,7 @@ from pkb_ray.problem import Problem, Tolerance
 from pkb_ray.rank_pool import CleanRanks
 from pkb_ray.reference_store import ReferenceStore, TamperedReference
 from pkb_ray.ranks import StepOutcome
+from pkb_ray.runner.protocol import Step
 
 log = logging.getLogger("pkb_ray.reference_store")
 INFO_FILE = "reference.json"  # per rank and seed: output structure (for poisoning) and aliasing
@@ -88,7 +89,7 @@ class References:
     def _compute(self, key: str, problem: Problem, dtype: str, size: dict, seeds: list[int]) -> Path:
         staged = self.store.staging()
         try:
-            cmd = {"step": "reference", "problem_path": str(problem.path), "dtype": dtype, "size": size,
+            cmd = {"step": Step.REFERENCE, "problem_path": str(problem.path), "dtype": dtype, "size": size,
                    "seeds": seeds, "out_dir": str(staged)}
             outcome = self._run(cmd, f"reference of {problem.id}")
             reports = {str(r): rep for r, rep in sorted(outcome.reports.items())}
@@ -103,7 +104,7 @@ class References:
 
     def check_trials(self, base: dict, expected: Expected, actual_dir: Path, tol: Tolerance) -> dict[int, dict]:
         """Per rank: the clean set's comparison of each trial's outputs and inputs after the call."""
-        cmd = {**base, "step": "check_trials", "seeds": expected.seeds, "expected_dir": str(expected.entry),
+        cmd = {**base, "step": Step.CHECK_TRIALS, "seeds": expected.seeds, "expected_dir": str(expected.entry),
                "expected_sha256": expected.sha256, "actual_dir": str(actual_dir),
                "tolerance": {"atol": tol.atol, "rtol": tol.rtol}}
         return self._run(cmd, "checking the trials").reports
@@ -113,7 +114,7 @@ class References:
         """Per rank: the clean set's recomputation and comparison of the picked timed calls."""
         if not picks:
             return {}
-        cmd = {**base, "step": "check_timed", "picks": list(picks.values()), "seeds": list(picks), "base_seeds": seeds,
+        cmd = {**base, "step": Step.CHECK_TIMED, "picks": list(picks.values()), "seeds": list(picks), "base_seeds": seeds,
                "actual_dir": str(kept_dir), "tolerance": {"atol": tol.atol, "rtol": tol.rtol}}
         return self._run(cmd, "checking the timed calls").reports
 

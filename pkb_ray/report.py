@@ -37,10 +37,9 @@ from pkb_ray.results import RESULT_KEY, newest, read_results
 from pkb_ray.schema import Status
 
 STATUS_COLORS = {
-    "invalid_sample": "#9e9e9e", "compile_error": "#8d6e63", "import_error": "#ffb74d", "runtime_error": "#ef5350",
-    "timeout": "#ab47bc", "crash": "#212121", "wrong_output": "#ffd54f", "tampering": "#d50000",
-    "unsupported_hardware": "#90a4ae",
-    "correct": "#43a047",
+    Status.INVALID_SAMPLE: "#9e9e9e", Status.COMPILE_ERROR: "#8d6e63", Status.IMPORT_ERROR: "#ffb74d",
+    Status.RUNTIME_ERROR: "#ef5350", Status.TIMEOUT: "#ab47bc", Status.CRASH: "#212121", Status.WRONG_OUTPUT: "#ffd54f",
+    Status.TAMPERING: "#d50000", Status.UNSUPPORTED_HARDWARE: "#90a4ae", Status.CORRECT: "#43a047",
 }
 NOTES = {
     "leaderboard": "pass@1: chance that one sample of a problem is correct on every rank, averaged over problems. "
@@ -125,7 +124,7 @@ def verdicts(df: pd.DataFrame) -> pd.DataFrame | None:
                      "pkb_ray_correct": int(o.sum()), "status": "", "why": ""})
         for _, r in g[p != o].sort_values(["problem_id", "sample_index"]).iterrows():
             rows.append({"model": model, "sample": f"{r['problem_id']}/{r['sample_index']}", "judged": 1,
-                         "pkb_correct": int(bool(r["pkb_verdict"])), "pkb_ray_correct": int(r["status"] == "correct"),
+                         "pkb_correct": int(bool(r["pkb_verdict"])), "pkb_ray_correct": int(r["status"] == Status.CORRECT.value),
                          "status": r["status"], "why": str(r["message"]).strip().splitlines()[0][:160]
                          if str(r["message"]).strip() else ""})
     return pd.DataFrame(rows)

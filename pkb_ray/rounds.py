@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from pkb_ray.config import EvalConfig
-from pkb_ray.ranks import RankSet, StepOutcome
+from pkb_ray.ranks import Ranks, StepOutcome
+from pkb_ray.runner.protocol import Step
 from pkb_ray.timing import calls_per_round, round_order
 from pkb_ray.verdict import Region, reported_us
 
@@ -39,7 +40,7 @@ class Timing:
 class RoundDriver:
     """Runs warmup, calibration and the timed regions of one sample on its candidate rank set."""
 
-    def __init__(self, ranks: RankSet, base: dict[str, Any], cfg: EvalConfig, kept_dir: Path, base_seeds: list[int]):
+    def __init__(self, ranks: Ranks, base: dict[str, Any], cfg: EvalConfig, kept_dir: Path, base_seeds: list[int]):
         self.ranks, self.base, self.cfg, self.kept_dir = ranks, base, cfg, kept_dir
         self.base_seeds = base_seeds  # make_inputs seeds of the base sets every timed call's inputs come from
         self.rng = secrets.SystemRandom()
@@ -77,7 +78,7 @@ class RoundDriver:
                     continue  # the next region drops this one's outputs
                 # the hand-over is a step of its own, outside every bracket; the rank learns that
                 # this region was picked only after it committed to the region's outputs
-                outcome = self.ranks.run({**self.base, "step": "keep", **self._pick(side, i, region)},
+                outcome = self.ranks.run({**self.base, "step": Step.KEEP, **self._pick(side, i, region)},
                                          self.cfg.timeout_s, poll_s=REGION_POLL_S)
                 if not outcome.ok:
                     self.timing.failed, self.timing.what = outcome, f"handing over round {i} ({side})"
@@ -85,7 +86,7 @@ class RoundDriver:
 
     def _region(self, side: str, k: int, what: str, timed: bool) -> Region | None:
         nonce = self.rng.getrandbits(56)
-        cmd = {**self.base, "step": "region", "side": side, "k": k, "nonce": nonce, "what": what,
+        cmd = {**self.base, "step": Step.REGION, "side": side, "k": k, "nonce": nonce, "what": what,
                "base_seeds": self.base_seeds,
                "hold": timed}
         t0 = time.perf_counter()

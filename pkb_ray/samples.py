@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from pkb_ray.names import Backend
 from pkb_ray.pkb.solutions import is_solution_folder, read_solutions
 
 _HEADER = re.compile(r"^#\s*([a-z_]+):\s*(.*?)\s*$")
@@ -66,5 +67,5 @@ def _read_replay(root: Path, model: str) -> list[dict[str, Any]]:
                 meta[m.group(1)] = m.group(2)
             rows.append({"problem_id": problem_dir.name, "model": model,
                          "sample_index": int(index) if index.isdigit() else len(rows),
-                         "backend": meta.pop("backend", "torch"), "source": source, "metadata": meta})
+                         "backend": meta.pop("backend", Backend.TORCH), "source": source, "metadata": meta})
     return rows

@@ -7,34 +7,17 @@ step. Results are Parquet that pandas, DuckDB and W&B read.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from enum import Enum
 from typing import Any
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
+from pkb_ray.names import Backend, Status
 from pkb_ray.placement import Layout
 
 MAX_ERROR_CHARS = 2000
-
-
-class Status(str, Enum):
-    """The closed taxonomy of outcomes, in pipeline order."""
-
-    INVALID_SAMPLE = "invalid_sample"  # the row cannot be evaluated as given (unknown problem, no solution(), ...)
-    UNSUPPORTED_HARDWARE = "unsupported_hardware"  # needs what this hardware lacks or forbids (NVLink multicast)
-    COMPILE_ERROR = "compile_error"  # Python SyntaxError, nvcc error
-    IMPORT_ERROR = "import_error"  # the module raised while being imported on a rank
-    RUNTIME_ERROR = "runtime_error"  # solution(...) raised on some rank
-    TIMEOUT = "timeout"  # some rank did not finish within the deadline (hang, spin, deadlock)
-    CRASH = "crash"  # some rank process died without reporting (segfault, os._exit, OOM kill)
-    WRONG_OUTPUT = "wrong_output"  # ran, but an output (or an input it must not touch) is wrong
-    TAMPERING = "tampering"  # caught changing the evaluator or forging its times (the evidence is in the message)
-    CORRECT = "correct"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class Sample(BaseModel):
@@ -44,7 +27,7 @@ class Sample(BaseModel):
     problem_id: str
     model: str
     sample_index: int = Field(ge=0)
-    backend: str = "torch"
+    backend: str = Backend.TORCH
     source: str
     metadata: dict[str, str] = Field(default_factory=dict, description="generation metadata")
 
@@ -53,6 +36,42 @@ class Sample(BaseModel):
         """Stable identity of this sample: same (problem, model, index, source) -> same key."""
         h = hashlib.sha256(self.source.encode()).hexdigest()[:16]
         return f"{self.model}/{self.problem_id}/{self.sample_index}/{h}"
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where and how a sample is evaluated, as each of its result rows says it (with the sample and
+    round, :data:`pkb_ray.results.RESULT_KEY`): the gang layout, the hardware profile, size and dtype."""
+
+    layout: Layout
+    hardware: str = ""
+    device_backend: str = ""
+    size: str = ""
+    dtype: str = ""
+
+    @classmethod
+    def of(cls, where: "Where | int") -> "Where":
+        """``where`` itself, or a world size on one node with nothing else said."""
+        return where if isinstance(where, Where) else cls(Layout(1, int(where)))
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """The Result fields this fixes."""
+        return {"world_size": self.layout.world_size, "nodes": self.layout.nodes, "hardware": self.hardware,
+                "device_backend": self.device_backend, "size": self.size, "dtype": self.dtype}
+
+
+@dataclass(frozen=True)
+class EvalTask:
+    """A sample on its way to a gang, and where it is to be evaluated. The pipeline creates it; the
+    gang pool queues it by layout and dispatches it."""
+
+    sample: Sample
+    where: Where
+
+    @property
+    def layout(self) -> Layout:
+        return self.where.layout
 
 
 class TrialRecord(BaseModel):
@@ -107,7 +126,7 @@ class Result(BaseModel):
     rank_builds: int | None = None  # torch extensions it built on its rank (the compile stage could not)
     timed_seconds: float | None = None  # of which inside the timing step (warmup and rounds), slowest rank
     calls_per_round: int | None = None  # back-to-back calls in one timed round (see pkb_ray.timing)
-    phase_seconds: dict[str, float] = Field(default_factory=dict)  # reference, ready, trials, check, timing, cleanup
+    phase_seconds: dict[str, float] = Field(default_factory=dict)  # EvalPhase -> seconds
     isolation: str = ""  # how its rank processes were isolated (pkb_ray.sandbox), e.g. "sandbox"
     gang: str = ""  # the gang actor that evaluated it
     duplicate_of: str = ""  # sample_key of the identical sample whose evaluation this row shares
@@ -118,6 +137,12 @@ class Result(BaseModel):
     def layout(self) -> Layout:
         """Where it ran: world_size / nodes ranks on each of ``nodes`` nodes."""
         return Layout(self.nodes, self.world_size // self.nodes)
+
+    def copied_for(self, sample: Sample) -> "Result":
+        """This verdict under the identity of ``sample``, whose source is identical (``duplicate_of``
+        names the one evaluated)."""
+        return self.model_copy(update={"sample_key": sample.key, "model": sample.model,
+                                       "sample_index": sample.sample_index, "duplicate_of": self.sample_key})
 
     @classmethod
     def for_sample(cls, sample: Sample, status: Status, message: str = "", **fields: Any) -> "Result":

@@ -29,7 +29,7 @@ import ray
 import torch.distributed as dist
 
 from pkb_ray.ranks import POLL_S, Isolation, RankSet, StepOutcome, wait_for
-from pkb_ray.runner.protocol import tensor_file
+from pkb_ray.runner.protocol import Step, tensor_file
 
 REMOTE_POLL_S = 0.05  # a remote look costs a Ray call: look a little less often than locally
 
@@ -112,8 +112,17 @@ class _Remote:
         self.pushed: set[str] = set()  # files already copied there
 
 
+def _push(remote: _Remote, files: dict[str, bytes], local: Path, rel: str) -> str:
+    """Add ``local`` to the ``files`` to send to the remote host as ``rel`` (once per rank set);
+    the path it has there."""
+    if rel not in remote.pushed and local.exists():
+        files[rel] = local.read_bytes()
+        remote.pushed.add(rel)
+    return f"{remote.job}/{rel}"
+
+
 class SpreadRankSet:
-    """W ranks over several nodes, with :class:`~pkb_ray.ranks.RankSet`'s interface (what the harness uses).
+    """W ranks over several nodes, as :class:`~pkb_ray.ranks.Ranks` (what the harness drives).
 
     ``parts``: (host, devices) in rank order; the first part must be this node's (host None).
     """
@@ -161,7 +170,7 @@ class SpreadRankSet:
         return self.local.pids  # this node's; the hosts kill theirs
 
     def wait_ready(self, timeout_s: float) -> StepOutcome:
-        return self.wait("ready", time.monotonic() + timeout_s, since=self.started_at)
+        return self.wait(Step.READY, time.monotonic() + timeout_s, since=self.started_at)
 
     def run(self, cmd: dict[str, Any], timeout_s: float, poll_s: float = POLL_S) -> StepOutcome:
         started = time.monotonic()
@@ -179,17 +188,11 @@ class SpreadRankSet:
         files: dict[str, bytes] = {}
         dirs: list[str] = []
         mine = dict(cmd)
-
-        def copy(local: Path, rel: str) -> str:
-            if rel not in remote.pushed and local.exists():
-                files[rel] = local.read_bytes()
-                remote.pushed.add(rel)
-            return f"{remote.job}/{rel}"
-
         if "problem_path" in cmd:
-            mine["problem_path"] = copy(Path(cmd["problem_path"]), "problem/" + Path(cmd["problem_path"]).name)
+            mine["problem_path"] = _push(remote, files, Path(cmd["problem_path"]),
+                                         "problem/" + Path(cmd["problem_path"]).name)
         if "candidate_path" in cmd:
-            mine["candidate_path"] = copy(Path(cmd["candidate_path"]), "candidate.py")
+            mine["candidate_path"] = _push(remote, files, Path(cmd["candidate_path"]), "candidate.py")
         for key in ("expected_dir", "actual_dir"):  # tensor files of its ranks, for the seeds (or picks) named
             if key not in cmd:
                 continue
@@ -197,7 +200,7 @@ class SpreadRankSet:
             for seed in cmd.get("seeds", []):
                 for rank in remote.ranks:
                     name = tensor_file(Path(""), seed, rank).name
-                    copy(tensor_file(Path(cmd[key]), seed, rank), f"{sub}/{name}")
+                    _push(remote, files, tensor_file(Path(cmd[key]), seed, rank), f"{sub}/{name}")
             mine[key] = f"{remote.job}/{sub}"
             dirs.append(sub)
         if "out_dir" in cmd:
@@ -264,9 +267,9 @@ class SpreadRankSet:
     def close(self, grace_s: float = 1.0) -> None:
         if self.closed:
             return
-        self.local.send({"step": "exit"})
+        self.local.send({"step": Step.EXIT})
         for r in self.remotes:
-            r.host.send.remote(r.set_id, {"step": "exit"})
+            r.host.send.remote(r.set_id, {"step": Step.EXIT})
         time.sleep(min(grace_s, 0.2))
         self.kill()
 

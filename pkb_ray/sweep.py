@@ -18,11 +18,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from pkb_ray.cluster import start_ray
-from pkb_ray.paths import CONF_DIR
 from pkb_ray.config import SweepConfig
 from pkb_ray.entry import run_job
 from pkb_ray.llm import api_key
 from pkb_ray.metrics import final_and_rounds
+from pkb_ray.names import Status
+from pkb_ray.paths import CONF_DIR
 from pkb_ray.pipeline import select_rows
 from pkb_ray.pkb.solutions import number_mismatches
 from pkb_ray.problem import load_problems
@@ -79,7 +80,7 @@ def _evaluate(cfg, rows, problems, chosen, results_dir, problems_dir, generated_
     started = time.monotonic()
 
     def progress(metrics, busy: float) -> None:
-        tracker.log_progress(metrics.done, metrics.expected, metrics.statuses["correct"], time.monotonic() - started,
+        tracker.log_progress(metrics.done, metrics.expected, metrics.statuses[Status.CORRECT.value], time.monotonic() - started,
                              busy)
 
     evaluate_and_refine(rows, cfg, problems, chosen, results_dir, generated_dir, problems_dir, on_progress=progress)

@@ -31,6 +31,7 @@ import pandas as pd
 
 from pkb_ray.config import WandbConfig
 from pkb_ray.metrics import curves, status_counts, summarize
+from pkb_ray.names import Status
 
 SUMMARY_KS = (1, 5, 10)
 SAMPLE_COLUMNS = ["problem_id", "category", "model", "sample_index", "backend", "world_size", "status", "speedup",
@@ -120,7 +121,7 @@ class Tracker:
         counts = pd.DataFrame(list(status_counts(df["status"]).items()), columns=["status", "samples"])
         logged["status_plot"] = wandb.plot.bar(wandb.Table(dataframe=counts), "status", "samples",
                                                title="samples by status")
-        fast = df[(df["status"] == "correct") & (df["speedup"] > 0)]["speedup"]
+        fast = df[(df["status"] == Status.CORRECT.value) & (df["speedup"] > 0)]["speedup"]
         if len(fast):
             hist = pd.DataFrame({"log2_speedup": [math.log2(s) for s in fast]})
             logged["speedup_plot"] = wandb.plot.histogram(wandb.Table(dataframe=hist), "log2_speedup",

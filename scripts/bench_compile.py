@@ -4,7 +4,8 @@
 
 Builds variants of the one-shot all-reduce kernel of kernels/ (each with a distinct constant, so
 each is a distinct source) into a fresh cache: once in this process (one build, then the same
-source again: a hit), then N sources on a CompilePool of 1 worker and of ``--workers`` workers.
+source again: a hit), then N sources through the run's compile stage (pkb_ray.pipeline.sample_stream:
+validation, then the CUDA builds on Ray Data's compile actors) with 1 worker and with ``--workers``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pkb_ray.cuda import BuildSpec, build, find_sources, nvcc_version  # noqa: E402
-from pkb_ray.stages.compile import CompilePool, build_settings  # noqa: E402
+from pkb_ray.config import SweepConfig  # noqa: E402
+from pkb_ray.pipeline import sample_stream  # noqa: E402
 
 KERNEL = (REPO / "kernels/all_reduce/02_cuda_one_shot.py").read_text()
 
@@ -34,15 +36,18 @@ def variant(i: int, tag: str) -> str:
 
 
 def pool_wall(workers: int, n: int, tag: str, cache: Path) -> float:
-    pool = CompilePool(build_settings("sm_90a", cache, 300), workers)
-    try:
-        pool.build_all([variant(0, "warm-" + tag)])  # actor start-up is not compile time
-        t0 = time.monotonic()
-        out = pool.build_all([variant(i, tag) for i in range(n)])
-        assert not any("error" in o for o in out.values()), out
-        return time.monotonic() - t0
-    finally:
-        pool.shutdown()
+    cfg = SweepConfig.model_validate({"cache_dir": str(cache), "hardware": {"arch": "sm_90a"},
+                                      "eval": {"compile_workers": workers}})
+
+    def rows(sources: list[str]) -> list[dict]:
+        return [{"problem_id": "all_reduce", "model": "bench", "sample_index": i, "backend": "cuda", "source": src}
+                for i, src in enumerate(sources)]
+
+    list(sample_stream(rows([variant(0, "warm-" + tag)]), cfg, None, set()))  # actor start-up is not compile time
+    t0 = time.monotonic()
+    out = list(sample_stream(rows([variant(i, tag) for i in range(n)]), cfg, None, set()))
+    assert all(item.task is not None for item in out), [item.result.message for item in out if item.result]
+    return time.monotonic() - t0
 
 
 def main() -> None:

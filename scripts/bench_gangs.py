@@ -42,7 +42,8 @@ from pkb_ray.pipeline import prepare_here  # noqa: E402
 from pkb_ray.problem import load_problems  # noqa: E402
 from pkb_ray.samples import read_samples
 from pkb_ray.stages.compile import build_settings  # noqa: E402
-from pkb_ray.schema import Result, Sample  # noqa: E402
+from pkb_ray.placement import Layout  # noqa: E402
+from pkb_ray.schema import EvalTask, Result, Sample, Where  # noqa: E402
 from pkb_ray.stages.evaluate import GangPool  # noqa: E402
 
 HOSTILE_ANY = ["samples/replay/all_reduce/05_hangs_on_rank1.py", "tests/samples/segfaults.py",
@@ -67,7 +68,8 @@ def run_pool(cfg: SweepConfig, samples: list[Sample]) -> list[tuple[float, Resul
     pool = GangPool(cfg)
     out = []
     try:
-        for result in pool.evaluate([(s, cfg.hardware.world_sizes[0]) for s in samples]):
+        where = Where(Layout(1, cfg.hardware.world_sizes[0]))
+        for _, result in pool.evaluate([EvalTask(s, where) for s in samples]):
             out.append((time.monotonic(), result))
     finally:
         pool.shutdown()

@@ -24,7 +24,8 @@ from pkb_ray.pkb.shims import write_shims  # noqa: E402
 from pkb_ray.pkb.solutions import number_mismatches  # noqa: E402
 from pkb_ray.problem import load_problems  # noqa: E402
 from pkb_ray.samples import read_samples  # noqa: E402
-from pkb_ray.schema import Sample  # noqa: E402
+from pkb_ray.placement import Layout  # noqa: E402
+from pkb_ray.schema import Sample, Where  # noqa: E402
 from pkb_ray.selection import hardware_profile  # noqa: E402
 from pkb_ray.stages.validate import validate  # noqa: E402
 
@@ -53,7 +54,7 @@ def main() -> None:
         (r["model"], r["backend"]) for r in rows if "pkb_number_mismatch" in r["metadata"]).items())})
     verdicts, why = collections.Counter(), collections.Counter()
     for row in rows:
-        out = validate(row, problems, args.world_size, multicast=hw.nvlink_multicast, hardware=hw.name)
+        out = validate(row, problems, Where(Layout(1, args.world_size), hardware=hw.name), multicast=hw.nvlink_multicast)
         status = "to evaluate" if isinstance(out, Sample) else str(out.status)
         verdicts[(row["backend"], status)] += 1
         if not isinstance(out, Sample):

@@ -1,7 +1,6 @@
 """The CUDA path on a machine without a GPU: real nvcc builds, the cache, the compile stage."""
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -11,10 +10,8 @@ from conftest import HOSTILE, REPO
 from pkb_ray.config import SweepConfig
 from pkb_ray.cluster import NOSET_CUDA
 from pkb_ray.cuda import ENV_ARCH, ENV_CACHE, BuildSpec, CudaBuildError, build, find_sources, load_cuda
-from pkb_ray.pipeline import run_pipeline
-from pkb_ray.problem import load_problems
-from pkb_ray.schema import Result, Sample, Status
-from pkb_ray.stages.compile import CompilePool, build_settings
+from pkb_ray.pipeline import run_pipeline, sample_stream
+from pkb_ray.schema import Status
 
 CUDA = HOSTILE / "cuda"
 PING = (CUDA / "host_ping.py").read_text()
@@ -59,16 +56,22 @@ def cluster():
     ray.shutdown()
 
 
-def test_compile_pool_builds_each_source_once_and_reports_errors(cluster, tmp_path):
-    pool = CompilePool(build_settings("sm_90a", tmp_path, 120), workers=2)
-    try:
-        out = pool.build_all([PING, BROKEN, PING])
-        assert pool.stats["modules"] == 2 and pool.stats["failed"] == 1
-        assert "undeclared_value" in out[BROKEN]["error"] and len(out[PING]["keys"]) == 1
-        again = pool.build_all([PING])
-        assert again[PING]["keys"] == out[PING]["keys"] and pool.stats["cache_hits"] == 1
-    finally:
-        pool.shutdown()
+def test_the_compile_stage_builds_each_source_once_and_reports_errors(cluster, tmp_path):
+    cfg = SweepConfig.model_validate({"cache_dir": str(tmp_path), "hardware": {"arch": "sm_90a"},
+                                      "eval": {"compile_workers": 2}})
+    rows = [{"problem_id": "all_reduce", "model": "m", "sample_index": i, "backend": "cuda", "source": src}
+            for i, src in enumerate([PING, BROKEN, PING])]
+    items = list(sample_stream(rows, cfg, None, set()))  # the run's own stream, up to the gangs
+    tasks = {i.task.sample.sample_index: i.task for i in items if i.task}
+    errors = {i.result.sample_index: i.result for i in items if i.result}
+    assert sorted(tasks) == [0, 2] and errors[1].status == Status.COMPILE_ERROR
+    assert "undeclared_value" in errors[1].message
+    assert (errors[1].hardware, errors[1].size, errors[1].world_size) == (cfg.hardware.name, "small", 2)
+    keys = tasks[0].sample.metadata["cuda_builds"]
+    assert tasks[2].sample.metadata["cuda_builds"] == keys and tasks[0].where.layout.world_size == 2
+    assert [p.name for p in (tmp_path / "cuda").iterdir()] == [keys]  # one build (the broken one leaves nothing)
+    [again] = list(sample_stream(rows[:1], cfg, None, set()))
+    assert again.task.sample.metadata["cuda_builds"] == keys  # from the cache
 
 
 def test_pipeline_turns_nvcc_errors_into_results_and_ranks_only_load(cluster, tmp_path, problems):

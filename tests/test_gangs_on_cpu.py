@@ -15,7 +15,8 @@ from conftest import HOSTILE, REPO, rank_processes, rank_processes_left
 from pkb_ray.config import SweepConfig
 from pkb_ray.cluster import NOSET_CUDA
 from pkb_ray.stages.evaluate import GangPool
-from pkb_ray.schema import Sample, Status
+from pkb_ray.placement import Layout
+from pkb_ray.schema import EvalTask, Sample, Status, Where
 
 GPUS = 6
 
@@ -47,13 +48,16 @@ def gang_actors() -> list[str]:
 COPY = REPO / "samples/replay/all_reduce/00_reference_copy.py"
 
 
+def task(path: Path, index: int, world_size: int) -> EvalTask:
+    return EvalTask(sample(path, index), Where(Layout(1, world_size)))
+
+
 def test_gangs_of_two_world_sizes_work_side_by_side_and_survive_hostile_samples(cluster, tmp_path):
-    tasks = [(sample(COPY, 0), 2), (sample(REPO / "samples/replay/all_reduce/05_hangs_on_rank1.py", 1), 2),
-             (sample(HOSTILE / "segfaults.py", 2), 2), (sample(COPY, 3), 2),
-             (sample(COPY, 10), 4), (sample(COPY, 11), 4)]
+    tasks = [task(COPY, 0, 2), task(REPO / "samples/replay/all_reduce/05_hangs_on_rank1.py", 1, 2),
+             task(HOSTILE / "segfaults.py", 2, 2), task(COPY, 3, 2), task(COPY, 10, 4), task(COPY, 11, 4)]
     pool = GangPool(config(tmp_path, [2, 4]))
     try:
-        results = {(r.sample_index, r.world_size): r for r in pool.evaluate(tasks)}
+        results = {(r.sample_index, r.world_size): r for _, r in pool.evaluate(tasks)}
     finally:
         pool.shutdown()
     status = {k: r.status for k, r in results.items()}
@@ -77,8 +81,7 @@ def test_gangs_of_two_world_sizes_work_side_by_side_and_survive_hostile_samples(
 
 def test_a_killed_gang_gives_its_sample_a_crash_and_is_restarted(cluster, tmp_path):
     # 6 GPUs and W=4: exactly one gang, so the samples after the kill must go to its replacement
-    hang = sample(HOSTILE / "signals_then_hangs.py", 0)
-    tasks = [(hang, 4), (sample(COPY, 1), 4), (sample(COPY, 2), 4)]
+    tasks = [task(HOSTILE / "signals_then_hangs.py", 0, 4), task(COPY, 1, 4), task(COPY, 2, 4)]
     cfg = config(tmp_path, [4], timeout_s=60.0)
     killed = []
 
@@ -96,7 +99,7 @@ def test_a_killed_gang_gives_its_sample_a_crash_and_is_restarted(cluster, tmp_pa
     killer.start()
     pool = GangPool(cfg)
     try:
-        results = {r.sample_index: r for r in pool.evaluate(tasks)}
+        results = {r.sample_index: r for _, r in pool.evaluate(tasks)}
     finally:
         pool.shutdown()
     killer.join(timeout=5)

@@ -15,9 +15,9 @@ LAYERS = {  # 7 = the command, 6 = entry points ... 1 = pure data and rules
     2: ["runner", "runner.extensions", "runner.launch", "runner.protocol", "runner.rank", "runner.resident",
         "runner.steps", "runner.tensor_io", "runner.trace", "cuda", "sandbox", "reaper", "reference_store"],
     1: ["problem", "schema", "metrics", "timing", "correctness", "config", "placement", "results", "samples",
-        "selection", "verdict", "paths", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.static"],
+        "selection", "verdict", "paths", "names", "scheduler", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.static"],
 }
-PURE = ["problem", "schema", "metrics", "timing"]  # no Ray, no processes
+PURE = ["problem", "schema", "metrics", "timing", "names", "scheduler"]  # no Ray, no processes
 LAYER = {f"pkb_ray.{m}": n for n, mods in LAYERS.items() for m in mods}
 
 

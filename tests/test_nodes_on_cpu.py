@@ -19,7 +19,7 @@ from pkb_ray.cluster import NOSET_CUDA
 from pkb_ray.harness import Harness
 from pkb_ray.placement import Layout
 from pkb_ray.problem import load_problems
-from pkb_ray.schema import Sample, Status
+from pkb_ray.schema import EvalTask, Sample, Status, Where
 from pkb_ray.spread import RankHost, SpreadLauncher
 from pkb_ray.stages.evaluate import GangPool
 
@@ -99,11 +99,11 @@ def test_the_pool_places_spread_gangs_on_distinct_nodes_in_rank_order(two_nodes,
         "cache_dir": str(tmp_path / "cache"),
     })
     assert cfg.hardware.layouts == [Layout(1, 2), Layout(2, 1), Layout(2, 2)]
-    tasks = [(sample(COPY, 0), Layout(2, 1)), (sample(DIES_ON_LAST_RANK, 1), Layout(2, 1)),
-             (sample(COPY, 2), Layout(2, 2)), (sample(COPY, 3), 2)]
+    tasks = [EvalTask(sample(COPY, 0), Where(Layout(2, 1))), EvalTask(sample(DIES_ON_LAST_RANK, 1), Where(Layout(2, 1))),
+             EvalTask(sample(COPY, 2), Where(Layout(2, 2))), EvalTask(sample(COPY, 3), Where(Layout(1, 2)))]
     pool = GangPool(cfg)
     try:
-        results = {(r.sample_index, r.nodes, r.world_size): r for r in pool.evaluate(tasks)}
+        results = {(r.sample_index, r.nodes, r.world_size): r for _, r in pool.evaluate(tasks)}
     finally:
         pool.shutdown()
     status = {k: r.status for k, r in results.items()}

@@ -17,7 +17,8 @@ from pkb_ray.pkb.solutions import number_mismatches
 from pkb_ray.pkb.static import multicast_use, pk_world_size
 from pkb_ray.problem import InputContext, load_problems
 from pkb_ray.samples import read_samples
-from pkb_ray.schema import Result, Sample, Status
+from pkb_ray.placement import Layout
+from pkb_ray.schema import Result, Sample, Status, Where
 from pkb_ray.selection import with_problems_folder
 from pkb_ray.stages.validate import validate
 
@@ -101,7 +102,7 @@ def test_solution_folders_are_matched_by_name_with_aliases_and_mismatched_number
 
 def test_multicast_samples_are_refused_before_anything_runs(problems):
     pk = next(r for r in read_samples(SOLUTIONS) if r["backend"] == "parallelkittens")
-    refused = validate(pk, problems, 2, multicast=False, hardware="h200_2")
+    refused = validate(pk, problems, Where(Layout(1, 2), hardware="h200_2"), multicast=False)
     assert isinstance(refused, Result) and refused.status == Status.UNSUPPORTED_HARDWARE
     assert "h200_2" in refused.message and "barrier_t<NUM_DEVICES>" in refused.message
     # with multicast allowed, it still runs only at the world size it was built for

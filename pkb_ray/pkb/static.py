@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import re
 
-PK_BACKEND = "parallelkittens"
+from pkb_ray.names import Backend
+
 PK_DEFAULT_DEVICES = 8
 _CALLS_NEEDING_FALSE = ("get_or_create_barrier", "create_parallel_tensor", "get_or_create_parallel_tensor")
 _ALWAYS = [r"\bcuMulticastCreate\b", r"\bcuMulticastBindMem\b", r"\bcuMulticastBindAddr\b"]
@@ -25,11 +26,11 @@ _DEVICES = re.compile(r"\bNUM_DEVICES\s*=\s*(\d+)")
 
 def multicast_use(source: str, backend: str) -> str:
     """What in ``source`` would create or use an NVLink multicast object ("" if nothing)."""
-    for pattern in _ALWAYS + (_PK if backend == PK_BACKEND else []):
+    for pattern in _ALWAYS + (_PK if backend == Backend.PARALLELKITTENS else []):
         m = re.search(pattern, source)
         if m:
             return _quote(source, m.start())
-    if backend != PK_BACKEND:
+    if backend != Backend.PARALLELKITTENS:
         return ""
     for name in _CALLS_NEEDING_FALSE:  # PKB's helpers default to multicast=True
         for m in re.finditer(rf"\b{name}\s*\(", source):

@@ -14,6 +14,19 @@ from pathlib import Path
 from typing import Any
 
 
+class Step:
+    """The steps a rank runs: a command's ``step``, and the name of its report."""
+
+    READY = "ready"  # the report a rank writes once its process group is up (not a command)
+    REFERENCE = "reference"  # compute the reference outputs (clean ranks)
+    TRIALS = "trials"  # the candidate on each trial seed
+    REGION = "region"  # one timed region of k back-to-back calls (see pkb_ray.rounds)
+    KEEP = "keep"  # keep one timed call's outputs for the check
+    CHECK_TRIALS = "check_trials"  # compare the candidate's trial outputs with the references (clean ranks)
+    CHECK_TIMED = "check_timed"  # the same for the timed calls kept
+    EXIT = "exit"
+
+
 class StepFailed(Exception):
     """A step ends with a named status (import_error, runtime_error) and a message."""
 

@@ -27,6 +27,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from pkb_ray.runner import protocol
+from pkb_ray.names import Status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
     dist.barrier()
-    protocol.write_report(job_dir, args.rank, "ready", {"status": "ok", "pid": os.getpid(), "device": str(device)})
+    protocol.write_report(job_dir, args.rank, protocol.Step.READY, {"status": "ok", "pid": os.getpid(), "device": str(device)})
 
     from pkb_ray.runner.steps import RankSession
 
@@ -61,14 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     for line in commands:
         cmd = json.loads(line)
         step = cmd["step"]
-        if step == "exit":
+        if step == protocol.Step.EXIT:
             break
         try:
             report = session.run(cmd)
         except protocol.StepFailed as failure:
             report = {"status": failure.status, "message": failure.message}
         except BaseException:  # noqa: BLE001 - anything the step raised is the step's verdict
-            report = {"status": "runtime_error", "message": traceback.format_exc()}
+            report = {"status": Status.RUNTIME_ERROR.value, "message": traceback.format_exc()}
         protocol.write_report(job_dir, args.rank, cmd.get("tag", step), report)
     try:
         dist.destroy_process_group()

@@ -31,9 +31,10 @@ import torch.distributed as dist
 from pkb_ray import correctness, timing
 from pkb_ray.correctness import (aliases, compare, copy_tree, fingerprint, fingerprints, output_devices, pkb_agrees,
                                  poison_like, structure)
+from pkb_ray.names import Status
 from pkb_ray.problem import DTYPES, InputContext, Problem, Tolerance, load_problem
 from pkb_ray.runner import extensions, protocol, tensor_io
-from pkb_ray.runner.protocol import StepFailed, set_phase, tensor_file
+from pkb_ray.runner.protocol import Step, StepFailed, set_phase, tensor_file
 from pkb_ray.runner.resident import BUDGET_BYTES, Resident
 from pkb_ray.runner.tensor_io import TensorFileError
 from pkb_ray.runner.trace import traced_call
@@ -97,8 +98,8 @@ class RankSession:
         self.problem = self.problems.get(path) or self.problems.setdefault(path, load_problem(path))
         self.dtype_name = cmd["dtype"]
         self.size = cmd["size"]
-        step = {"reference": self.reference, "trials": self.trials, "region": self.region, "keep": self.keep,
-                "check_trials": self.check_trials, "check_timed": self.check_timed}[cmd["step"]]
+        step = {Step.REFERENCE: self.reference, Step.TRIALS: self.trials, Step.REGION: self.region,
+                Step.KEEP: self.keep, Step.CHECK_TRIALS: self.check_trials, Step.CHECK_TIMED: self.check_timed}[cmd["step"]]
         report = step(cmd)
         if self.candidate is not None:
             report["tampered"] = [name for name, fn in _watched().items() if fn is not self._originals[name]]
@@ -190,10 +191,10 @@ class RankSession:
         try:
             module = load_candidate(cmd["candidate_path"])
         except BaseException:  # noqa: BLE001 - SystemExit too: whatever import does is its verdict
-            raise StepFailed("import_error", candidate_traceback()) from None
+            raise StepFailed(Status.IMPORT_ERROR.value, candidate_traceback()) from None
         solution = getattr(module, "solution", None)
         if not callable(solution):
-            raise StepFailed("import_error", "the module defines no callable solution(...)")
+            raise StepFailed(Status.IMPORT_ERROR.value, "the module defines no callable solution(...)")
         self.candidate = solution
         out_dir = Path(cmd["out_dir"])
         devices, shared, earlier = {}, {}, []  # earlier outputs stay alive: their memory cannot be reused
@@ -206,7 +207,7 @@ class RankSession:
                 out = solution(*inputs)
                 self._sync()
             except BaseException:  # noqa: BLE001
-                raise StepFailed("runtime_error", f"trial seed={seed}:\n{candidate_traceback()}") from None
+                raise StepFailed(Status.RUNTIME_ERROR.value, f"trial seed={seed}:\n{candidate_traceback()}") from None
             devices[str(seed)], shared[str(seed)] = output_devices(out), aliases(out, inputs, earlier)
             earlier.append(out)
             tensor_io.write(tensor_file(out_dir, seed, self.rank), {"outputs": out, "inputs_after": inputs})
@@ -226,7 +227,7 @@ class RankSession:
             dist.barrier()
             outs, us = timed_region(fn, calls, self.device)
         except BaseException:  # noqa: BLE001
-            raise StepFailed("runtime_error", f"timed call, {cmd['what']} ({side}):\n{candidate_traceback()}") from None
+            raise StepFailed(Status.RUNTIME_ERROR.value, f"timed call, {cmd['what']} ({side}):\n{candidate_traceback()}") from None
         finally:
             gc.enable()
         shared = sorted({a for n, out in enumerate(outs) for a in aliases(out, calls[n], outs[:n])})

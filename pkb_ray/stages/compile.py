@@ -21,12 +21,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
-
-import ray
 
 from pkb_ray import sandbox
 from pkb_ray.cuda import DEFAULT_ARCH, BuildSpec, CudaBuildError, build, find_sources
@@ -35,7 +32,7 @@ from pkb_ray.ranks import Isolation as RankIsolation
 from pkb_ray.reference_store import default_key_file
 from pkb_ray.runner import extensions
 from pkb_ray.sandbox import Isolation
-from pkb_ray.schema import Result, Sample, Status
+from pkb_ray.schema import Result, Sample, Status, Where
 
 
 
@@ -54,15 +51,16 @@ def needs_build(sample: Sample) -> bool:
     return uses_cuda(sample) or (sample.metadata.get("format") == "pkb" and extensions.builds_inline(sample.source))
 
 
-def compile_sample(sample: Sample, world_size: int, category: str = "") -> Sample | Result:
+def compile_sample(sample: Sample, where: Where | int, category: str = "") -> Sample | Result:
     """Python's compiler on the source: the sample itself, or its ``compile_error``."""
     try:
         compile(sample.source, "candidate.py", "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:
-        where = f"candidate.py, line {exc.lineno}: " if isinstance(exc, SyntaxError) and exc.lineno else ""
         text = f"\n    {exc.text.rstrip()}" if isinstance(exc, SyntaxError) and exc.text else ""
-        return Result.for_sample(sample, Status.COMPILE_ERROR, f"{where}{type(exc).__name__}: {exc.msg if isinstance(exc, SyntaxError) else exc}{text}",
-                                 world_size=world_size, category=category)
+        line = f"candidate.py, line {exc.lineno}: " if isinstance(exc, SyntaxError) and exc.lineno else ""
+        what = exc.msg if isinstance(exc, SyntaxError) else exc
+        return Result.for_sample(sample, Status.COMPILE_ERROR, f"{line}{type(exc).__name__}: {what}{text}",
+                                 category=category, **Where.of(where).fields)
     return sample
 
 
@@ -133,52 +131,17 @@ def build_inline(module_source: str, settings: BuildSettings, paths: Sequence[st
         shutil.rmtree(work, ignore_errors=True)
 
 
-class Compiler:
-    """A CPU-only actor (no GPU visible) that builds CUDA sources into the shared cache."""
-
-    def __init__(self, settings: BuildSettings):
-        self.settings = settings
-
-    def build(self, module_source: str) -> dict[str, Any]:
-        return build_sources(module_source, self.settings)
-
-
-class CompilePool:
-    """``workers`` compiler actors; :meth:`build_all` builds each distinct module source once."""
-
-    def __init__(self, settings: BuildSettings, workers: int):
-        self.settings = settings
-        self.actors = [ray.remote(Compiler).options(
-            name=f"compiler-{i}", num_cpus=1, num_gpus=0,
-            runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}},
-        ).remote(settings) for i in range(max(1, workers))]
-        self.stats = Counter()
-
-    def build_all(self, module_sources: list[str]) -> dict[str, dict[str, Any]]:
-        """module source -> its build outcome (see :func:`build_sources`)."""
-        unique = list(dict.fromkeys(module_sources))
-        pool = ray.util.ActorPool(self.actors)
-        outcomes = dict(zip(unique, pool.map(lambda actor, src: actor.build.remote(src), unique)))
-        self.stats.update(modules=len(unique), failed=sum("error" in o for o in outcomes.values()),
-                          cache_hits=sum(o.get("hits", 0) for o in outcomes.values()))
-        return outcomes
-
-    def shutdown(self) -> None:
-        for actor in self.actors:
-            ray.kill(actor)
-
-
 def build_settings(arch: str | None, cache_dir: Path, timeout_s: float, isolation: str = "none",
                    hide: Sequence[Path] = (), inline_timeout_s: float = 600.0) -> BuildSettings:
     hide = (*map(str, hide), str(Path(cache_dir) / "references"), str(default_key_file().parent))
     return BuildSettings(arch or DEFAULT_ARCH, Path(cache_dir) / "cuda", timeout_s, isolation, hide, inline_timeout_s)
 
 
-def apply_build(sample: Sample, outcome: dict[str, Any], world_size: int, category: str) -> Sample | Result:
+def apply_build(sample: Sample, outcome: dict[str, Any], where: Where | int, category: str) -> Sample | Result:
     """The sample ready for a gang (its build keys noted), or its ``compile_error``."""
     if "error" in outcome:
-        return Result.for_sample(sample, Status.COMPILE_ERROR, outcome["error"], world_size=world_size,
-                                 category=category)
+        return Result.for_sample(sample, Status.COMPILE_ERROR, outcome["error"], category=category,
+                                 **Where.of(where).fields)
     meta = {**sample.metadata, "compile_seconds": f"{outcome['seconds']:.2f}"}
     if "keys" in outcome:
         meta["cuda_builds"] = ",".join(outcome["keys"])

@@ -28,6 +28,7 @@ import ray
 
 from pkb_ray.config import ModelConfig, SweepConfig
 from pkb_ray.llm import ChatClient, GenerationError, extract_code
+from pkb_ray.names import GENERATED_BACKENDS, Status
 from pkb_ray.problem import Problem
 from pkb_ray.prompt import feedback, messages
 from pkb_ray.samples import read_samples
@@ -39,12 +40,11 @@ META_KEYS = ("round", "raw_reply", "prompt_tokens", "completion_tokens", "finish
 ROW_SCHEMA = pa.schema([("problem_id", pa.string()), ("model", pa.string()), ("sample_index", pa.int64()),
                         ("backend", pa.string()), ("source", pa.string()),
                         ("metadata", pa.struct([(k, pa.string()) for k in META_KEYS]))])
-BACKENDS = ("torch", "cuda", "triton")
 
 
 def model_label(cfg: SweepConfig, backend: str) -> str:
     """Samples of several backends are told apart as models (``name:backend``): pass@k pools per model."""
-    backends = cfg.backend.backends or list(BACKENDS)
+    backends = cfg.backend.backends or list(GENERATED_BACKENDS)
     return cfg.model.name if len(backends) == 1 else f"{cfg.model.name}:{backend}"
 
 
@@ -52,7 +52,7 @@ def first_requests(cfg: SweepConfig, problems: dict[str, Problem]) -> list[dict[
     """Round 0: K requests per chosen problem and backend."""
     out = []
     for pid, problem in sorted(problems.items()):
-        for backend in cfg.backend.backends or BACKENDS:
+        for backend in cfg.backend.backends or GENERATED_BACKENDS:
             msgs = messages(problem, backend, cfg)
             for i in range(cfg.model.samples_per_problem):
                 seed = None if cfg.model.seed is None else cfg.model.seed + i
@@ -145,8 +145,8 @@ def refine_requests(cfg: SweepConfig, problems: dict[str, Problem], results: pd.
     prev = prev.sort_values("world_size").drop_duplicates(["model", "problem_id", "sample_index"])
     out = []
     for res in prev.to_dict("records"):
-        slow = res["status"] == "correct" and (res.get("speedup") or 0) < cfg.model.refine_below_speedup
-        if res["status"] == "correct" and not slow:
+        slow = res["status"] == Status.CORRECT.value and (res.get("speedup") or 0) < cfg.model.refine_below_speedup
+        if res["status"] == Status.CORRECT.value and not slow:
             continue
         row = by_key.get(res["sample_key"])
         if row is None or res["problem_id"] not in problems:

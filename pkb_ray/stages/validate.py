@@ -18,35 +18,37 @@ from typing import Any
 from pydantic import ValidationError
 
 from pkb_ray.pkb.solutions import REMOVED
-from pkb_ray.pkb.static import PK_BACKEND, multicast_use, pk_world_size
+from pkb_ray.pkb.static import multicast_use, pk_world_size
 from pkb_ray.problem import Problem
-from pkb_ray.schema import Result, Sample, Status
+from pkb_ray.names import BACKENDS, Backend
+from pkb_ray.schema import Result, Sample, Status, Where
 
-# every backend is a Python module defining solution(...); ParallelKittens comes from PKB's solutions
-BACKENDS = ("torch", "triton", "cuda", PK_BACKEND)
 MAX_SOURCE_BYTES = 512 * 1024
 
 
-def validate(row: dict[str, Any], problems: dict[str, Problem], world_size: int, multicast: bool = False,
-             hardware: str = "") -> Sample | Result:
-    """``multicast``: whether the hardware (profile ``hardware``) lets samples use NVLink multicast."""
+def validate(row: dict[str, Any], problems: dict[str, Problem], where: Where | int,
+             multicast: bool = False) -> Sample | Result:
+    """The row as a Sample, or its final Result (evaluated ``where``: a world size, or a Where).
+    ``multicast``: whether the hardware lets samples use NVLink multicast."""
+    where = Where.of(where)
+    world_size = where.layout.world_size
     sample, error = _as_sample(row)
     if sample is None:
         digest = hashlib.sha256(repr(sorted(row.items())).encode()).hexdigest()[:16]  # stable across runs
         return Result(sample_key=f"invalid/{digest}", problem_id=str(row.get("problem_id", "")),
                       model=str(row.get("model", "")), sample_index=_int(row.get("sample_index")),
                       backend=str(row.get("backend", "")), status=Status.INVALID_SAMPLE, message=error,
-                      world_size=world_size, source=str(row.get("source", ""))[:MAX_SOURCE_BYTES])
+                      source=str(row.get("source", ""))[:MAX_SOURCE_BYTES], **where.fields)
     problem = problems.get(sample.problem_id)
     category = problem.meta.category if problem else ""
     found = "" if multicast else multicast_use(sample.source, sample.backend)
     if found:
         return Result.for_sample(sample, Status.UNSUPPORTED_HARDWARE, f"needs NVLink multicast, which hardware "
-                                 f"{hardware or '(this profile)'} has off (nvlink_multicast: false): {found}",
-                                 world_size=world_size, category=category)
+                                 f"{where.hardware or '(this profile)'} has off (nvlink_multicast: false): {found}",
+                                 category=category, **where.fields)
     why = _problem_mismatch(sample, problem, world_size) or _source_problem(sample, problem)
     if why:
-        return Result.for_sample(sample, Status.INVALID_SAMPLE, why, world_size=world_size, category=category)
+        return Result.for_sample(sample, Status.INVALID_SAMPLE, why, category=category, **where.fields)
     return sample
 
 
@@ -69,7 +71,7 @@ def _problem_mismatch(sample: Sample, problem: Problem | None, world_size: int) 
         return f"problem {problem.id} does not support world size {world_size} ({problem.meta.world_sizes})"
     if sample.backend not in BACKENDS:
         return f"unknown backend {sample.backend!r}; known: {', '.join(BACKENDS)}"
-    if sample.backend == PK_BACKEND and pk_world_size(sample.source) != world_size:
+    if sample.backend == Backend.PARALLELKITTENS and pk_world_size(sample.source) != world_size:
         return f"a ParallelKittens kernel built for {pk_world_size(sample.source)} devices (NUM_DEVICES) cannot " \
                f"run at world size {world_size}"
     return ""

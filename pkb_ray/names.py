@@ -1,0 +1,54 @@
+"""The words of the domain, defined once: what a sample is written in (:class:`Backend`), how its
+evaluation ends (:class:`Status`), and where its evaluation time goes (:class:`EvalPhase`). The
+steps a rank runs are the rank protocol's (:class:`pkb_ray.runner.protocol.Step`).
+
+No imports beyond the standard library: rank processes use these too.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Status(str, Enum):
+    """The closed taxonomy of outcomes, in pipeline order."""
+
+    INVALID_SAMPLE = "invalid_sample"  # the row cannot be evaluated as given (unknown problem, no solution(), ...)
+    UNSUPPORTED_HARDWARE = "unsupported_hardware"  # needs what this hardware lacks or forbids (NVLink multicast)
+    COMPILE_ERROR = "compile_error"  # Python SyntaxError, nvcc error
+    IMPORT_ERROR = "import_error"  # the module raised while being imported on a rank
+    RUNTIME_ERROR = "runtime_error"  # solution(...) raised on some rank
+    TIMEOUT = "timeout"  # some rank did not finish within the deadline (hang, spin, deadlock)
+    CRASH = "crash"  # some rank process died without reporting (segfault, os._exit, OOM kill)
+    WRONG_OUTPUT = "wrong_output"  # ran, but an output (or an input it must not touch) is wrong
+    TAMPERING = "tampering"  # caught changing the evaluator or forging its times (the evidence is in the message)
+    CORRECT = "correct"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Backend:
+    """What a sample is written in (its ``backend``); each is a Python module defining solution(...)."""
+
+    TORCH = "torch"
+    CUDA = "cuda"  # Python that builds CUDA sources (load_cuda, or ParallelKernelBench's load_inline)
+    TRITON = "triton"
+    PARALLELKITTENS = "parallelkittens"  # ParallelKernelBench's ThunderKittens kernels (never generated)
+
+
+BACKENDS = (Backend.TORCH, Backend.CUDA, Backend.TRITON, Backend.PARALLELKITTENS)
+GENERATED_BACKENDS = (Backend.TORCH, Backend.CUDA, Backend.TRITON)  # what a model is asked to write
+
+
+class EvalPhase:
+    """Where a sample's evaluation time goes: the keys of ``Result.phase_seconds``."""
+
+    REFERENCE = "reference"  # reference outputs found (or computed) for the trial seeds
+    READY = "ready"  # waiting for the candidate's rank processes
+    TRIALS = "trials"  # the candidate on the trial seeds
+    CHECK = "check"  # its trial outputs compared on clean ranks
+    QUIET = "quiet"  # waiting for the next rank set to be ready before timing (quiet_timing)
+    TIMING = "timing"  # the interleaved timed rounds
+    TIMED_CHECK = "timed_check"  # the kept timed calls compared on clean ranks
+    CLEANUP = "cleanup"  # the rank set retired

@@ -1,0 +1,228 @@
+"""The gang pool's decisions, as a state machine with no Ray in it.
+
+State: the gangs (by name: layout, phase, nodes, the task each evaluates), a queue of tasks per
+layout, and whether the feed of samples has ended. Each event the pool sees is one method, which
+updates the state and returns the :data:`Action` list the pool must carry out with Ray:
+
+========================  ==========================================================
+event                     what follows
+========================  ==========================================================
+:meth:`tasks_arrived`     samples queue by layout; new gangs are planned if needed
+:meth:`feed_ended`        no more samples: idle gangs with nothing queued stop
+:meth:`gang_reserved`     the placement group is placed: start the gang's actor
+:meth:`gang_started`      the actor is up: give it a sample
+:meth:`gang_failed`       the actor did not start: restart it (a few times, then fail)
+:meth:`result`            the gang is idle again: next sample, or stop
+:meth:`gang_died`         the actor died with a sample: restart it in the same reservation
+========================  ==========================================================
+
+The scheduling rules, each in one method: gangs are planned onto the nodes' free GPUs by
+:func:`pkb_ray.placement.plan_gangs` (:meth:`_grow`); an idle gang takes the next sample of its
+layout (:meth:`_dispatch`); an idle gang whose layout has nothing queued gives its GPUs back once
+no more samples can come, or at once if another layout waits for room (:meth:`_retire`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Mapping, Union
+
+from pkb_ray.placement import Layout, fits, no_room, plan_gangs
+
+MAX_FAILED_STARTS = 3  # consecutive gang start failures before the pool gives up (an evaluator bug)
+
+
+class GangPhase(str, Enum):
+    """Where a gang is in its life."""
+
+    RESERVING = "reserving"  # placement group asked for
+    STARTING = "starting"  # actor starting
+    IDLE = "idle"
+    BUSY = "busy"  # evaluating a sample
+
+
+@dataclass
+class Gang:
+    """The scheduler's view of one gang."""
+
+    name: str
+    layout: Layout
+    phase: GangPhase = GangPhase.RESERVING
+    nodes: tuple[str, ...] = ()  # where its GPUs are, once placed
+    task: Any = None  # what it evaluates (BUSY)
+
+
+@dataclass(frozen=True)
+class Reserve:
+    gang: str
+    layout: Layout
+
+
+@dataclass(frozen=True)
+class Start:
+    gang: str
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    gang: str
+    task: Any
+
+
+@dataclass(frozen=True)
+class Stop:
+    gang: str
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Stop the gang's actor and start a new one, named ``new_name``, in the same reservation."""
+
+    gang: str
+    new_name: str
+
+
+Action = Union[Reserve, Start, Dispatch, Stop, Restart]
+
+
+class SchedulingError(RuntimeError):
+    """Work that can never run (no room for its layout, gangs that will not start)."""
+
+
+@dataclass
+class Scheduler:
+    """Decides which gangs exist and what each does; see the module's docstring."""
+
+    cluster: Mapping[str, int]  # node -> GPUs
+    gangs: dict[str, Gang] = field(default_factory=dict)
+    queues: dict[Layout, deque] = field(default_factory=dict)
+    feed_done: bool = False
+    stats: Counter = field(default_factory=Counter)  # started, restarted, stopped, peak_gangs, peak_gpus
+    _failed_starts: int = 0
+    _ids: Any = field(default_factory=itertools.count)
+
+    # ---- events ----
+
+    def tasks_arrived(self, tasks: list[tuple[Any, Layout]]) -> list[Action]:
+        """``tasks``: (task, its layout); a task is opaque here (the pool's EvalTask)."""
+        for task, layout in tasks:
+            if not fits(layout, self.cluster):
+                key = "hardware.world_sizes" if layout.nodes == 1 else "hardware.spread"
+                raise SchedulingError(f"{key}: {no_room(layout, self.cluster)}")
+            self.queues.setdefault(layout, deque()).append(task)
+        return self._schedule()
+
+    def feed_ended(self) -> list[Action]:
+        self.feed_done = True
+        return self._schedule()
+
+    def gang_reserved(self, name: str, nodes: tuple[str, ...]) -> list[Action]:
+        gang = self.gangs[name]
+        gang.phase, gang.nodes = GangPhase.STARTING, tuple(nodes)
+        self.stats["started"] += 1
+        return [Start(name), *self._schedule()]
+
+    def gang_started(self, name: str) -> list[Action]:
+        self._failed_starts = 0
+        self.gangs[name].phase = GangPhase.IDLE
+        return self._schedule()
+
+    def gang_failed(self, name: str, error: str) -> list[Action]:
+        self._failed_starts += 1
+        if self._failed_starts >= MAX_FAILED_STARTS:
+            raise SchedulingError(f"gang {name} failed to start {self._failed_starts} times: {error}")
+        return [self._restart(name)]
+
+    def result(self, name: str) -> list[Action]:
+        gang = self.gangs[name]
+        gang.phase, gang.task = GangPhase.IDLE, None
+        return self._schedule()
+
+    def gang_died(self, name: str) -> list[Action]:
+        """The gang's actor died while evaluating (its sample gets a crash result from the pool)."""
+        self.gangs[name].task = None
+        return [self._restart(name), *self._schedule()]
+
+    # ---- queries ----
+
+    @property
+    def finished(self) -> bool:
+        """No more samples can come, none is queued, none is being evaluated."""
+        return self.feed_done and not any(self.queues.values()) and not self.in_phase(GangPhase.BUSY)
+
+    def in_phase(self, phase: GangPhase) -> list[Gang]:
+        return [g for g in self.gangs.values() if g.phase == phase]
+
+    def queued(self) -> dict[str, int]:
+        """Samples waiting per layout (a world size for one node), for the dashboard."""
+        return {str(lay.world_size) if lay.nodes == 1 else str(lay): len(q) for lay, q in self.queues.items()}
+
+    def free_gpus(self) -> dict[str, int]:
+        """GPUs per node that no gang holds; a gang still being placed is charged to the emptiest nodes."""
+        free = dict(self.cluster)
+        for g in self.gangs.values():
+            for node in g.nodes or sorted(free, key=free.get, reverse=True)[:g.layout.nodes]:
+                free[node] = free.get(node, 0) - g.layout.per_node
+        return free
+
+    # ---- rules ----
+
+    def _schedule(self) -> list[Action]:
+        return [*self._dispatch(), *self._retire(), *self._grow()]
+
+    def _dispatch(self) -> list[Action]:
+        """Each idle gang takes the next sample of its layout."""
+        out: list[Action] = []
+        for g in self.in_phase(GangPhase.IDLE):
+            if self.queues.get(g.layout):
+                g.phase, g.task = GangPhase.BUSY, self.queues[g.layout].popleft()
+                out.append(Dispatch(g.name, g.task))
+        return out
+
+    def _retire(self) -> list[Action]:
+        """Idle gangs whose layout has nothing queued give their GPUs back: once no more samples can
+        come, or at once if another layout has work, no gang and no room for one."""
+        if not (self.feed_done or self._starving()):
+            return []
+        out: list[Action] = []
+        for g in self.in_phase(GangPhase.IDLE):
+            if not self.queues.get(g.layout):
+                del self.gangs[g.name]
+                self.stats["stopped"] += 1
+                out.append(Stop(g.name))
+        return out
+
+    def _starving(self) -> bool:
+        have = Counter(g.layout for g in self.gangs.values())
+        free = self.free_gpus()
+        return any(q and not have[lay] and not fits(lay, free) for lay, q in self.queues.items())
+
+    def _grow(self) -> list[Action]:
+        """New gangs where the queues want them and the free GPUs allow (none while a reservation is
+        pending: until it is placed, which GPUs are free is not known)."""
+        if self.in_phase(GangPhase.RESERVING):
+            return []
+        running = Counter(g.layout for g in self.gangs.values())
+        queued = {lay: len(q) for lay, q in self.queues.items()}
+        out: list[Action] = []
+        for layout, _ in plan_gangs(self.free_gpus(), queued, running):
+            gang = Gang(self._name(layout), layout)
+            self.gangs[gang.name] = gang
+            out.append(Reserve(gang.name, layout))
+        self.stats["peak_gangs"] = max(self.stats["peak_gangs"], len(self.gangs))
+        self.stats["peak_gpus"] = max(self.stats["peak_gpus"], sum(g.layout.world_size for g in self.gangs.values()))
+        return out
+
+    def _restart(self, name: str) -> Restart:
+        gang = self.gangs.pop(name)
+        gang.name, gang.phase = self._name(gang.layout), GangPhase.STARTING
+        self.gangs[gang.name] = gang
+        self.stats["restarted"] += 1
+        return Restart(name, gang.name)
+
+    def _name(self, layout: Layout) -> str:
+        kind = f"w{layout.world_size}" if layout.nodes == 1 else str(layout)
+        return f"gang-{kind}-{next(self._ids)}"

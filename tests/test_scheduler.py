@@ -1,0 +1,93 @@
+"""The gang pool's scheduling rules, driven event by event without Ray (pkb_ray/scheduler.py)."""
+
+import pytest
+
+from pkb_ray.placement import Layout
+from pkb_ray.scheduler import Dispatch, GangPhase, Reserve, Restart, Scheduler, SchedulingError, Start, Stop
+
+W2, W4, SPREAD = Layout(1, 2), Layout(1, 4), Layout(2, 2)
+
+
+def of(actions, kind):
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def up(s: Scheduler, actions) -> list:
+    """Place and start every gang the actions reserve, as the pool would; the actions that follow."""
+    out = []
+    for r in of(actions, Reserve):
+        nodes = tuple(sorted(s.free_gpus(), key=s.free_gpus().get, reverse=True)[:r.layout.nodes])
+        started = s.gang_reserved(r.gang, nodes)
+        assert of(started, Start) == [Start(r.gang)]
+        out += [a for a in started if not isinstance(a, Start)] + s.gang_started(r.gang)
+    return out
+
+
+def test_gangs_fill_a_node_and_each_takes_the_next_sample():
+    s = Scheduler({"n0": 8})
+    reserve = s.tasks_arrived([(f"s{i}", W2) for i in range(10)])
+    assert [r.layout for r in of(reserve, Reserve)] == [W2] * 4  # 8 GPUs: four W=2 gangs
+    assert s.tasks_arrived([("late", W2)]) == []  # nothing more while reservations are pending
+    dispatched = of(up(s, reserve), Dispatch)
+    assert sorted(d.task for d in dispatched) == ["s0", "s1", "s2", "s3"]
+    assert len(s.in_phase(GangPhase.BUSY)) == 4 and s.stats["peak_gpus"] == 8
+    nxt = s.result(dispatched[0].gang)
+    assert nxt == [Dispatch(dispatched[0].gang, "s4")]  # the freed gang takes the next of its layout
+
+
+def test_several_world_sizes_each_get_a_gang_and_the_longer_queue_the_rest():
+    s = Scheduler({"n0": 8})
+    reserve = of(s.tasks_arrived([(f"a{i}", W2) for i in range(6)] + [("b0", W4)]), Reserve)
+    assert sorted(r.layout.world_size for r in reserve) == [2, 2, 4]
+
+
+def test_a_world_size_with_nothing_left_stops_once_the_feed_ends_and_frees_its_gpus():
+    s = Scheduler({"n0": 2})
+    d = of(up(s, s.tasks_arrived([("a", W2)])), Dispatch)
+    assert s.result(d[0].gang) == []  # queue empty, but more samples may still come
+    assert s.feed_ended() == [Stop(d[0].gang)]
+    assert s.finished and s.free_gpus() == {"n0": 2} and s.stats["stopped"] == 1
+
+
+def test_an_idle_gang_gives_way_at_once_to_a_world_size_that_has_no_room():
+    s = Scheduler({"n0": 4})
+    d = of(up(s, s.tasks_arrived([("a", W2)])), Dispatch)
+    assert of(s.tasks_arrived([("big", W4)]), Reserve) == []  # the W=2 gang holds 2 of the 4 GPUs
+    after = s.result(d[0].gang)  # W=2 has nothing queued and W=4 is starving: stop, then plan W=4
+    assert of(after, Stop) == [Stop(d[0].gang)] and [r.layout for r in of(after, Reserve)] == [W4]
+
+
+def test_a_gang_that_dies_is_restarted_under_a_new_name_and_goes_on():
+    s = Scheduler({"n0": 2})
+    d = of(up(s, s.tasks_arrived([("a", W2), ("b", W2)])), Dispatch)
+    [restart] = of(s.gang_died(d[0].gang), Restart)
+    assert restart.gang == d[0].gang and restart.new_name != d[0].gang
+    assert s.gangs[restart.new_name].phase == GangPhase.STARTING and s.stats["restarted"] == 1
+    assert s.gang_started(restart.new_name) == [Dispatch(restart.new_name, "b")]
+
+
+def test_gangs_that_keep_failing_to_start_stop_the_run():
+    s = Scheduler({"n0": 2})
+    [r] = of(s.tasks_arrived([("a", W2)]), Reserve)
+    s.gang_reserved(r.gang, ("n0",))
+    name = r.gang
+    for _ in range(2):
+        name = s.gang_failed(name, "boom")[0].new_name
+    with pytest.raises(SchedulingError, match="failed to start 3 times: boom"):
+        s.gang_failed(name, "boom")
+
+
+def test_a_layout_the_cluster_cannot_hold_is_refused_naming_the_key():
+    with pytest.raises(SchedulingError, match="hardware.world_sizes"):
+        Scheduler({"n0": 2}).tasks_arrived([("a", W4)])
+    with pytest.raises(SchedulingError, match="hardware.spread"):
+        Scheduler({"n0": 8}).tasks_arrived([("a", SPREAD)])
+
+
+def test_a_spread_gang_takes_gpus_on_two_nodes():
+    s = Scheduler({"n0": 2, "n1": 2})
+    [r] = of(s.tasks_arrived([("a", SPREAD)]), Reserve)
+    s.gang_reserved(r.gang, ("n0", "n1"))
+    assert s.free_gpus() == {"n0": 0, "n1": 0}
+    assert s.gang_started(r.gang) == [Dispatch(r.gang, "a")]
+    assert not s.finished and s.queued() == {"2x2": 0}
