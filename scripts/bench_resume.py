@@ -9,8 +9,8 @@ Identical sources are evaluated once and the verdict copied (pkb_ray.pipeline), 
 about ``--distinct`` evaluations while its results path (the sink, resume, the copies) handles
 ``--samples`` rows. Each attempt is ``python -m pkb_ray.sweep ... results_dir=<one folder>``; the
 first ``--kills`` are killed with SIGKILL at a moment drawn uniformly from [--kill-after-s, --kill-before-s]
-after their start. After each kill the script waits ``--orphan-wait-s`` and lists the processes the
-attempt started that are still alive (its Ray, gangs and ranks: pkb_ray/reaper.py must end them).
+after their start. The script notes each attempt's process tree (its Ray, gangs, ranks) twice a second; after a kill
+it waits ``--orphan-wait-s`` and lists those still alive (pkb_ray/reaper.py must have ended them).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from pkb_ray.results import RESULT_KEY, read_results  # noqa: E402
 from pkb_ray.schema import is_final  # noqa: E402
 
 PROBLEMS = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
-OURS = ("ray", "pkb_ray", "bwrap")  # what a run starts: Ray's processes and workers, rank processes, sandboxes
 
 
 def sample_rows(samples: int, distinct: int, seed: int) -> list[dict]:
@@ -44,24 +43,39 @@ def sample_rows(samples: int, distinct: int, seed: int) -> list[dict]:
     return [{**bases[i % len(bases)], "model": "synthetic", "sample_index": i} for i in range(samples)]
 
 
-def processes() -> dict[int, str]:
-    """pid -> command line of every process (zombies excluded)."""
+def processes() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) of every process (zombies excluded)."""
     out = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if fields[0] == "Z":
                 continue
-            out[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            out[int(entry.name)] = (int(fields[1]), (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace"))
         except OSError:
             continue
     return out
 
 
+def descendants(root: int, table: dict[int, tuple[int, str]]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    out, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
 def attempt(args, samples_file: Path, results: Path, work: Path, n: int, kill_at: float | None) -> dict:
-    """One run of the sweep; killed with SIGKILL at ``kill_at`` seconds, or left to finish."""
-    before = set(processes())
+    """One run of the sweep; killed with SIGKILL at ``kill_at`` seconds, or left to finish. Its
+    process tree is noted twice a second, to tell afterwards what outlived it."""
     cmd = [sys.executable, "-m", "pkb_ray.sweep", f"model.samples={samples_file}", "model.name=synthetic",
            f"results_dir={results}", f"hydra.run.dir={work / f'attempt{n}'}", "wandb=disabled",
            "ray.include_dashboard=false", f"cache_dir={work / 'cache'}", f"problems.ids=[{','.join(PROBLEMS)}]"]
@@ -69,18 +83,22 @@ def attempt(args, samples_file: Path, results: Path, work: Path, n: int, kill_at
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     record: dict = {"attempt": n, "rows_before": len(read_results(results)) if results.exists() else 0}
-    try:
-        proc.wait(timeout=kill_at)
-        record.update(killed=False, exit=proc.returncode)
-    except subprocess.TimeoutExpired:
+    tree: dict[int, str] = {}
+    deadline = None if kill_at is None else started + kill_at
+    while proc.poll() is None and (deadline is None or time.monotonic() < deadline):
+        table = processes()
+        tree.update({pid: table[pid][1] for pid in descendants(proc.pid, table)})
+        time.sleep(0.5)
+    if proc.poll() is None:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        record.update(killed=True, killed_at_s=round(kill_at, 1))
+        record.update(killed=True, killed_at_s=round(kill_at, 1), processes_seen=len(tree))
         time.sleep(args.orphan_wait_s)
-        left = {pid: cmd for pid, cmd in processes().items()
-                if pid not in before and any(word in cmd for word in OURS)}
+        alive = processes()
         record["alive_after_s"] = args.orphan_wait_s
-        record["orphans"] = sorted(cmd[:120] for cmd in left.values())
+        record["orphans"] = sorted(cmd[:120] for pid, cmd in tree.items() if pid in alive and alive[pid][1] == cmd)
+    else:
+        record.update(killed=False, exit=proc.returncode)
     log.close()
     record["seconds"] = round(time.monotonic() - started, 1)
     record["rows_after"] = len(read_results(results)) if results.exists() else 0
