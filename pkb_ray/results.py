@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from pkb_ray.schema import RESULT_SCHEMA, Result, is_final, results_to_table
+from pkb_ray.schema import RESULT_SCHEMA, Result, Where, is_final, results_to_table
 
 PARTITIONS = ("model", "problem_id")
 RESULT_KEY = ("sample_key", "world_size", "nodes", "size", "dtype", "hardware", "round")
@@ -36,6 +36,13 @@ _PARTITIONING = ds.partitioning(pa.schema([RESULT_SCHEMA.field(n) for n in PARTI
 
 def result_key(r: Result) -> tuple:
     return tuple(getattr(r, k) for k in RESULT_KEY)
+
+
+def key_at(sample_key: str, round_: int, where: Where) -> tuple:
+    """The :data:`RESULT_KEY` the result of sample ``sample_key`` (refinement round ``round_``)
+    evaluated ``where`` will have, before there is a result."""
+    fields = {"sample_key": sample_key, "round": round_, **where.fields}
+    return tuple(fields[k] for k in RESULT_KEY)
 
 
 def write_results(results: Iterable[Result], out_dir: str | Path) -> list[Path]:

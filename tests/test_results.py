@@ -6,8 +6,9 @@ import duckdb
 import pandas as pd
 import pyarrow.dataset as ds
 
-from pkb_ray.results import RESULT_KEY, ResultSink, finished, newest, read_results, write_results
-from pkb_ray.schema import Result, Sample, Status, TrialRecord
+from pkb_ray.placement import Layout
+from pkb_ray.results import RESULT_KEY, ResultSink, finished, key_at, newest, read_results, write_results
+from pkb_ray.schema import Result, Sample, Status, TrialRecord, Where
 
 
 def _result(problem="all_reduce", model="m", status=Status.CORRECT, index=0, **kw):
@@ -44,6 +45,15 @@ def test_the_same_sample_at_another_size_dtype_or_round_is_another_result(tmp_pa
     write_results([_result(size="small", dtype="float32", message="again")], tmp_path)  # a re-evaluation
     kept = newest(read_results(tmp_path))
     assert len(kept) == 5 and "again" in set(kept["message"])
+
+
+def test_a_key_known_before_the_result_is_the_key_the_result_has(tmp_path):
+    # a resumed run skips a (sample, where) by this key before evaluating; it must match what is read back
+    where = Where(Layout(2, 8), hardware="h200_8", device_backend="nccl", size="small", dtype="bfloat16")
+    written = _result(round=3, **where.fields)
+    write_results([written], tmp_path)
+    assert finished(tmp_path) == {key_at(written.sample_key, 3, where)}
+    assert key_at(written.sample_key, 2, where) not in finished(tmp_path)
 
 
 def test_the_sink_writes_within_a_second_and_the_rest_on_close(tmp_path):
