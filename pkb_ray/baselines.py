@@ -34,6 +34,7 @@ from pkb_ray.entry import run_job
 from pkb_ray.harness import Harness
 from pkb_ray.paths import CONF_DIR
 from pkb_ray.pipeline import where_for
+from pkb_ray.placement import Layout
 from pkb_ray.problem import Problem, load_problems, sol_time_us
 from pkb_ray.schema import EvalTask, Result, Sample, Status
 from pkb_ray.selection import check_against_problems, resolve_path, with_problems_folder
@@ -49,8 +50,8 @@ def reference_sample(p: Problem) -> Sample:
 
 def row_for(cfg: SweepConfig, p: Problem, r: Result) -> dict[str, Any]:
     """The baseline row of one evaluation of ``p``'s reference."""
-    label, knobs = p.size(cfg.eval.size)
-    dtype = cfg.eval.dtype or p.meta.dtypes[0]
+    label, knobs = r.size, p.knobs_of(r.size)
+    dtype = r.dtype
     sol = sol_time_us(p, knobs, r.world_size, dtype, cfg.hardware, nodes=r.nodes)
     ok = r.status == Status.CORRECT and r.ref_time_us
     log.info("%s W=%d over %d node(s) %s: %s ref=%s us sol=%.1f us", p.id, r.world_size, r.nodes, label,
@@ -78,12 +79,14 @@ def measure(cfg: SweepConfig, problems: dict[str, Problem], ids: list[str], work
                           cache_dir=cfg.cache_path)
         try:
             for pid in chosen:
-                yield row_for(cfg, problems[pid], harness.evaluate(reference_sample(problems[pid])))
+                for where in where_for(cfg, problems, pid, Layout(1, w)):
+                    yield row_for(cfg, problems[pid], harness.evaluate(reference_sample(problems[pid]), where))
         finally:
             harness.close()
     spread = cfg.hardware.spread_layouts
-    tasks = [EvalTask(reference_sample(problems[pid]), where_for(cfg, problems, pid, lay)) for lay in spread
-             for pid in ids if problems[pid].meta.world_sizes.supports(lay.world_size)]
+    tasks = [EvalTask(reference_sample(problems[pid]), where) for lay in spread
+             for pid in ids if problems[pid].meta.world_sizes.supports(lay.world_size)
+             for where in where_for(cfg, problems, pid, lay)]
     if tasks:
         start_ray(cfg, spread)
         pool = GangPool(cfg)

@@ -106,8 +106,24 @@ class EvalConfig(_Strict):
     compile_workers: int | None = Field(None, ge=1, description="CPU compiler actors; None: one per CPU, at most 16")
     size: str | dict[str, int] = Field("small", description="a size preset of every problem (small, default, "
                                                             "large), or knob values, e.g. {numel: 65536}")
+    sizes: list[str | dict[str, int]] | None = Field(
+        None, description="a size sweep: each sample evaluated at each of these sizes (preset names, knob values, "
+                          "or 'ladder': the problem's size ladder); None: at 'size' only")
+    timing_mode: Literal["eager", "graph", "both"] = Field(
+        "eager", description="eager: each timed call issued from Python; graph: a region's k calls captured once "
+                             "into a CUDA graph and replayed (eager where a side cannot be captured, with the "
+                             "reason in graph_error); both: both, the graph's times first where it captured")
     dtype: str | None = Field(None, description="None: each problem's first dtype")
     seed: int = Field(0, ge=0)
+
+    @field_validator("sizes", mode="before")
+    @classmethod
+    def _one_size_is_a_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, (str, dict)) else value
+
+    def size_specs(self) -> list[str | dict[str, int]]:
+        """The sizes each sample is evaluated at."""
+        return list(self.sizes) if self.sizes else [self.size]
     isolation: Literal["sandbox", "none"] = Field(
         "sandbox", description="sandbox: each sample's ranks share a bubblewrap sandbox (no credentials, read-only "
                                "files, private scratch, own PID namespace, limits); none: plain processes, for "
@@ -136,6 +152,8 @@ class HardwareConfig(_Strict):
     nodes: int = Field(1, ge=1)
     arch: str | None = None
     link_gbps: float = Field(gt=0, default=1.0, description="per-GPU interconnect bandwidth, GB/s, one way")
+    link_latency_us: float = Field(0.0, ge=0, description="one dependent step of communication between GPUs of a "
+                                   "node (a write and its flag seen by the peer), microseconds; 0: not measured")
     hbm_gbps: float = Field(gt=0, default=10.0)
     tflops: float = Field(gt=0, default=0.1, description="peak dense compute, TFLOPS, for dtypes not in tflops_by_dtype")
     tflops_by_dtype: Annotated[dict[Literal["float64", "float32", "float16", "bfloat16"],
@@ -150,6 +168,8 @@ class HardwareConfig(_Strict):
                                           "sample is evaluated at each of them too, for inter-node baselines")
     network_gbps: float = Field(gt=0, default=50.0, description="per-GPU bandwidth between nodes, GB/s, one way "
                                                                 "(400 Gb/s NIC per GPU: 50)")
+    network_latency_us: float = Field(0.0, ge=0, description="one dependent step between nodes, microseconds; "
+                                      "0: not measured")
     nccl_env: Annotated[dict[str, str], NULL_IS_EMPTY] = Field(
         default_factory=dict, description="environment of every rank, e.g. NCCL_SOCKET_IFNAME, NCCL_IB_HCA")
     spread_nccl_env: Annotated[dict[str, str], NULL_IS_EMPTY] = Field(

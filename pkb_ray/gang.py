@@ -33,7 +33,7 @@ from pkb_ray.harness import Harness
 from pkb_ray.placement import Layout
 from pkb_ray.problem import load_problems
 from pkb_ray.ranks import MULTICAST_OFF
-from pkb_ray.schema import Result, Sample, Status
+from pkb_ray.schema import Result, Sample, Status, Where
 from pkb_ray.selection import private_paths
 from pkb_ray.spread import RankHost, SpreadLauncher
 
@@ -73,14 +73,15 @@ class Gang:
         return {"name": self.name, "pid": os.getpid(), "devices": self.harness.devices,
                 "node": ray.get_runtime_context().get_node_id()}
 
-    def evaluate(self, sample: Sample) -> Result:
+    def evaluate(self, sample: Sample, where: Where | None = None) -> Result:
         try:
-            return self.harness.evaluate(sample)
+            return self.harness.evaluate(sample, where)
         except Exception:  # noqa: BLE001 - an evaluator fault still yields this sample's row
+            fields = where.fields if where else {"world_size": len(self.harness.devices), "nodes": self.harness.nodes,
+                                                 "hardware": self.cfg.hardware.name,
+                                                 "device_backend": self.cfg.hardware.backend}
             return Result.for_sample(sample, Status.RUNTIME_ERROR, "evaluator error (not the sample's fault):\n"
-                                     + traceback.format_exc(), world_size=len(self.harness.devices),
-                                     nodes=self.harness.nodes, hardware=self.cfg.hardware.name,
-                                     device_backend=self.cfg.hardware.backend, gang=self.name)
+                                     + traceback.format_exc(), gang=self.name, **fields)
 
     def shutdown(self) -> None:
         self.harness.close()

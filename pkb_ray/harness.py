@@ -30,7 +30,7 @@ import torch
 from pkb_ray import sandbox
 from pkb_ray.config import EvalConfig, HardwareConfig
 from pkb_ray.cuda import DEFAULT_ARCH, ENV_ARCH, ENV_CACHE, ENV_TIMEOUT
-from pkb_ray.names import EvalPhase
+from pkb_ray.names import EvalPhase, TimingMode
 from pkb_ray.problem import Problem, Tolerance, Traffic, sol_time_us
 from pkb_ray.rank_pool import CleanRanks, RankPool
 from pkb_ray.ranks import Isolation, Ranks, RankSet, StepOutcome
@@ -39,7 +39,7 @@ from pkb_ray.references import ReferenceChanged, ReferenceFailed, References, ba
 from pkb_ray.rounds import RoundDriver, Timing
 from pkb_ray.runner.extensions import arch_list
 from pkb_ray.runner.protocol import Step
-from pkb_ray.schema import Result, Sample, Status, TrialRecord
+from pkb_ray.schema import Result, Sample, Status, TrialRecord, Where
 from pkb_ray.timing import median_iqr, sample_time, speedup
 from pkb_ray.verdict import StepView, Verdict, step_failure, tampering, timed_verdict, trial_verdict
 
@@ -59,6 +59,16 @@ def describe(outcome: StepOutcome, ranks: Ranks) -> str:
         where = "; ".join(f"rank {r} in {outcome.phases.get(r, '?')!r}" for r in outcome.missing)
         return f"no answer after {outcome.elapsed_s:.1f} s: {where}"
     return "ok"
+
+
+def _side_times(regions) -> tuple[tuple[list[tuple[float, float]], float], ...]:
+    """(per-rank (median, IQR), the sample's time) of each side, reference then candidate."""
+    ranks = sorted({r for g in regions for r in g.reports})
+    out = []
+    for side in ("ref", "cand"):
+        per_rank = [median_iqr([float(g.reports[r]["us"]) for g in regions if g.side == side]) for r in ranks]
+        out.append((per_rank, sample_time([m for m, _ in per_rank])))
+    return tuple(out)
 
 
 def step_verdict(outcome: StepOutcome, ranks: Ranks, prefix: str = "") -> Verdict | None:
@@ -153,18 +163,22 @@ class Harness:
         self.pool.close()
         self.clean.close()
 
-    def evaluate(self, sample: Sample) -> Result:
+    def evaluate(self, sample: Sample, where: Where | None = None) -> Result:
+        """``sample``'s result at ``where``'s size and dtype (by default: eval.size, and eval.dtype or
+        the problem's first)."""
         started, t0 = datetime.now(timezone.utc), time.monotonic()
         clock = PhaseClock()
         problem = self.problems[sample.problem_id]
-        dtype = self.cfg.dtype or problem.meta.dtypes[0]
-        size_label, knobs = problem.size(self.cfg.size)
+        dtype = (where.dtype if where else "") or self.cfg.dtype or problem.meta.dtypes[0]
+        size_label, knobs = (where.size, problem.knobs_of(where.size)) if where and where.size \
+            else problem.size(self.cfg.size)
         common = dict(category=problem.meta.category, world_size=len(self.devices), nodes=self.nodes, dtype=dtype,
                       size=size_label, hardware=self.hardware.name, device_backend=self.hardware.backend,
                       versions=self.versions, isolation=self.isolation, gang=self.name)
         ensure = functools.partial(self.references.ensure, problem, len(self.devices), dtype, knobs,
                                    trial_seeds(self.cfg), self.hardware.device, nodes=self.nodes)
         expected = ensure()
+        common["message_bytes"] = expected.message_bytes
         clock.lap(EvalPhase.REFERENCE)
         ranks = self.pool.take()
         try:
@@ -247,12 +261,15 @@ class Harness:
         return Tolerance(atol=override.atol, rtol=override.rtol, reason="set by eval.tolerances")
 
     def _timing_fields(self, problem, dtype, knobs, timing: Timing, trials, traced=None) -> dict:
-        ranks = sorted({r for g in timing.regions for r in g.reports})
-        per_rank = {side: [[float(g.reports[r]["us"]) for g in timing.regions if g.side == side] for r in ranks]
-                    for side in ("ref", "cand")}
-        ref = [median_iqr(t) for t in per_rank["ref"]]
-        cand = [median_iqr(t) for t in per_rank["cand"]]
-        ref_t, cand_t = sample_time([m for m, _ in ref]), sample_time([m for m, _ in cand])
+        """Times, speedup and speed of light from the first mode that ran (graph before eager); with
+        both, each mode's times too."""
+        by_mode = {mode: _side_times(timing.of(mode)) for mode in timing.modes}
+        mode = timing.modes[0]
+        (ref, ref_t), (cand, cand_t) = by_mode[mode]
+        both = {}
+        if self.cfg.timing_mode == TimingMode.BOTH:
+            both = {f"{m}_{side}_time_us": t for m, sides in by_mode.items()
+                    for side, (_, t) in zip(("ref", "cand"), sides)}
         # the busiest rank's traced volume where the problem has no bound of its own (PKB's); no bound
         # at all gives no fraction rather than 0
         traffic = Traffic(**{k: max(t[k] for t in traced.values()) for k in ("interconnect_bytes", "flops",
@@ -264,4 +281,5 @@ class Harness:
                     ref_time_us=ref_t, cand_time_us=cand_t, speedup=speedup(ref_t, cand_t),
                     sol_time_us=sol_us, sol_fraction=sol_us / cand_t if sol_us and cand_t > 0 else None,
                     sol_source=("traced" if traffic else "model") if sol_us else "",
-                    timed_seconds=timing.seconds, calls_per_round=timing.k)
+                    timed_seconds=timing.seconds, calls_per_round=timing.k, timing_mode=mode,
+                    graph_error=timing.graph_error, **both)

@@ -1,5 +1,5 @@
 """The words of the domain, defined once: what a sample is written in (:class:`Backend`), how its
-evaluation ends (:class:`Status`), and where its evaluation time goes (:class:`EvalPhase`). The
+evaluation ends (:class:`Status`), how its calls are timed (:class:`TimingMode`), and where its evaluation time goes (:class:`EvalPhase`). The
 steps a rank runs are the rank protocol's (:class:`pkb_ray.runner.protocol.Step`).
 
 No imports beyond the standard library: rank processes use these too.
@@ -39,6 +39,14 @@ class Backend:
 
 BACKENDS = (Backend.TORCH, Backend.CUDA, Backend.TRITON, Backend.PARALLELKITTENS)
 GENERATED_BACKENDS = (Backend.TORCH, Backend.CUDA, Backend.TRITON)  # what a model is asked to write
+
+
+class TimingMode:
+    """How timed calls are issued (``eval.timing_mode``; :mod:`pkb_ray.timing`)."""
+
+    EAGER = "eager"  # each call from Python, as the sample's own loop would
+    GRAPH = "graph"  # a region's calls captured once into a CUDA graph and replayed
+    BOTH = "both"  # both, one after the other
 
 
 class EvalPhase:

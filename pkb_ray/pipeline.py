@@ -39,7 +39,7 @@ from pkb_ray.names import Backend
 from pkb_ray.pkb.static import pk_world_size
 from pkb_ray.placement import Layout
 from pkb_ray.problem import Problem, load_problems
-from pkb_ray.results import ResultSink, finished
+from pkb_ray.results import ResultSink, finished, key_at
 from pkb_ray.schema import EvalTask, Result, Sample, Where
 from pkb_ray.selection import private_paths
 from pkb_ray.stages.compile import (BuildSettings, apply_build, build_inline, build_settings, build_sources,
@@ -106,19 +106,20 @@ def _problems(problems_dir: str | None) -> dict[str, Problem]:
     return load_problems(problems_dir)
 
 
-def where_for(config: SweepConfig, problems: dict[str, Problem], problem_id: Any, layout: Layout) -> Where:
-    """Where and how this run evaluates a problem's samples on ``layout``, as every result row says it:
-    the same for a verdict settled before any rank ran."""
+def where_for(config: SweepConfig, problems: dict[str, Problem], problem_id: Any, layout: Layout) -> list[Where]:
+    """Where and how this run evaluates a problem's samples on ``layout``, one Where per size of the
+    run (``eval.sizes``), as every result row says it: the same for a verdict settled before any
+    rank ran."""
     problem = problems.get(problem_id) if isinstance(problem_id, str) else None
-    size: Any = config.eval.size
+    specs = config.eval.size_specs()
     try:
-        label = problem.size(size)[0] if problem is not None else size
+        labels = [label for label, _ in problem.sizes_of(specs)] if problem is not None else specs
     except KeyError:
-        label = size
-    label = label if isinstance(label, str) else ",".join(f"{k}={v}" for k, v in sorted(dict(label).items()))
+        labels = specs
     dtype = config.eval.dtype or (problem.meta.dtypes[0] if problem is not None else "")
-    return Where(layout, hardware=config.hardware.name, device_backend=config.hardware.backend, size=label,
-                 dtype=dtype)
+    return [Where(layout, hardware=config.hardware.name, device_backend=config.hardware.backend,
+                  size=label if isinstance(label, str) else ",".join(f"{k}={v}" for k, v in sorted(dict(label).items())),
+                  dtype=dtype) for label in labels]
 
 
 @dataclass(frozen=True)
@@ -142,10 +143,10 @@ def prepare_at(row: dict[str, Any], where: Where, problems: dict[str, Problem], 
     """One row evaluated ``where``, validated and its Python compiled."""
     prepared = prepare(row, problems, where, multicast=config.hardware.nvlink_multicast)
     if isinstance(prepared, Sample):
-        key = (prepared.key, int(prepared.metadata.get("round", 0) or 0))
+        key = key_at(prepared.key, int(prepared.metadata.get("round", 0) or 0), where)
     else:
-        key = (prepared.sample_key, prepared.round)
-    if (key[0], where.layout.world_size, where.layout.nodes, where.size, where.dtype, where.hardware, key[1]) in done:
+        key = key_at(prepared.sample_key, prepared.round, where)
+    if key in done:
         return Prepared()
     if isinstance(prepared, Sample):
         return Prepared(task=EvalTask(prepared, where))
@@ -158,8 +159,9 @@ def expand_row(item: dict[str, Row], cfg: dict[str, Any], problems_dir: str | No
     config = SweepConfig.model_validate(cfg)
     problems = _problems(problems_dir)
     row = item["row"].data
-    return [{"item": prepare_at(row, where_for(config, problems, row.get("problem_id"), lay), problems, config, done)}
-            for lay in layouts_for(row, problems, config.hardware.layouts)]
+    return [{"item": prepare_at(row, where, problems, config, done)}
+            for lay in layouts_for(row, problems, config.hardware.layouts)
+            for where in where_for(config, problems, row.get("problem_id"), lay)]
 
 
 class BuildCuda:

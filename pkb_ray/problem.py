@@ -48,6 +48,7 @@ DTYPES: dict[str, torch.dtype] = {
 }
 
 REQUIRED_SIZES = ("small", "default")
+LADDER = "ladder"  # in eval.sizes: the problem's own size ladder
 
 
 class ProblemError(ValueError):
@@ -86,6 +87,8 @@ class ProblemMeta(BaseModel):
     dtypes: list[str] = Field(min_length=1)
     tolerances: dict[str, Tolerance]
     sizes: dict[str, dict[str, int]]
+    ladder: list[dict[str, int]] = Field(default_factory=list, description="the sizes of a size sweep "
+                                         "(eval.sizes=[ladder]), smallest first: knob values over 'default'")
     mutates_inputs: bool = False
 
     @field_validator("dtypes")
@@ -110,6 +113,17 @@ class ProblemMeta(BaseModel):
         return value
 
     @model_validator(mode="after")
+    def _ladder_knobs(self) -> "ProblemMeta":
+        known = set(self.sizes[REQUIRED_SIZES[0]])
+        for i, rung in enumerate(self.ladder):
+            unknown = sorted(set(rung) - known)
+            if unknown or not rung:
+                raise ValueError(f"ladder.{i}: knobs {unknown or '(none)'} are not the size knobs {sorted(known)}")
+            if any(v < 1 for v in rung.values()):
+                raise ValueError(f"ladder.{i}: knob values must be positive, got {rung}")
+        return self
+
+    @model_validator(mode="after")
     def _tolerance_per_dtype(self) -> "ProblemMeta":
         missing = [d for d in self.dtypes if d not in self.tolerances]
         if missing:
@@ -124,6 +138,13 @@ class Traffic:
     interconnect_bytes: float = 0.0  # bytes it must send or receive over the GPU interconnect
     flops: float = 0.0
     hbm_bytes: float = 0.0  # bytes it must read or write in its own memory
+    # rounds of communication that cannot overlap (each waits for the one before): 1 for a single
+    # exchange, ``steps`` for a solver's time steps; 0 without communication
+    steps: int | None = None  # None: 1 if it moves interconnect bytes, else 0
+
+    @property
+    def dependent_steps(self) -> int:
+        return self.steps if self.steps is not None else int(self.interconnect_bytes > 0)
 
 
 @dataclass
@@ -200,6 +221,17 @@ class Problem:
             return preset_or_params, dict(self.meta.sizes[preset_or_params])
         knobs = dict(self.meta.sizes["default"], **preset_or_params)
         return ",".join(f"{k}={v}" for k, v in sorted(knobs.items())), knobs
+
+    def sizes_of(self, specs: list[str | dict[str, int]]) -> list[tuple[str, dict[str, int]]]:
+        """Each size of a sweep as (label, knobs), in order and once each. ``ladder`` stands for the
+        problem's ladder, or its presets where it declares none."""
+        out: dict[str, dict[str, int]] = {}
+        for spec in specs:
+            rungs = (self.meta.ladder or list(self.meta.sizes)) if spec == LADDER else [spec]
+            for rung in rungs:
+                label, knobs = self.size(rung)
+                out.setdefault(label, knobs)
+        return list(out.items())
 
     def knobs_of(self, label: str) -> dict[str, int]:
         """The knobs behind a label that :meth:`size` gave (a preset name, or ``k=v,k=v``)."""
@@ -284,7 +316,9 @@ def solution_time_lower_bound(traffic: Traffic, *, link_gbps: float, hbm_gbps: f
 def sol_time_us(problem: Problem, knobs: dict[str, int], world_size: int, dtype: str, hardware: HardwareConfig,
                 nodes: int = 1, traffic: Traffic | None = None) -> float:
     """The speed-of-light time of ``problem`` at ``knobs`` in microseconds, with the bandwidths and
-    the compute peak for ``dtype`` of a hardware profile.
+    the compute peak for ``dtype`` of a hardware profile: the slowest of moving, reading and
+    computing, plus the problem's dependent steps of communication x the link latency (a step
+    cannot start before the one it waits for has landed, however few its bytes).
 
     Over ``nodes`` > 1 (W/nodes ranks per node), the share of a rank's traffic that goes to peers on
     other nodes, (W - W/nodes) / (W - 1) if it spreads evenly over its peers, also has to cross the
@@ -294,7 +328,10 @@ def sol_time_us(problem: Problem, knobs: dict[str, int], world_size: int, dtype:
     traffic = traffic or problem.speed_of_light(knobs, world_size, DTYPES[dtype])
     seconds = solution_time_lower_bound(traffic, link_gbps=hardware.link_gbps, hbm_gbps=hardware.hbm_gbps,
                                         tflops=hardware.peak_tflops(dtype))
+    latency_us = hardware.link_latency_us
     if nodes > 1 and world_size > 1:
         leaving = (world_size - world_size // nodes) / (world_size - 1)
         seconds = max(seconds, traffic.interconnect_bytes * leaving / (hardware.network_gbps * 1e9))
-    return 1e6 * seconds
+        latency_us = max(latency_us, hardware.network_latency_us)  # a step waits for its slowest peer
+    steps = traffic.dependent_steps if world_size > 1 else 0
+    return 1e6 * seconds + steps * latency_us

@@ -59,6 +59,15 @@ class Expected:
     structure: dict[str, dict[str, list]]  # rank -> seed -> [[shape, dtype], ...]
     reference: dict[str, Any]  # {"aliases": seed -> what the reference's outputs share with its inputs}
     traffic: dict[str, dict[str, float]] | None = None  # rank -> traced volume of one call (TRACE_SOL problems)
+    input_bytes: dict[str, int] | None = None  # rank -> bytes of one call's inputs
+
+    @property
+    def message_bytes(self) -> int | None:
+        """The inputs of one call on the rank with the most (the x of size sweeps)."""
+        return max(self.input_bytes.values()) if self.input_bytes else None
+
+
+ENTRY_FORMAT = 2  # what an entry's info holds; entries of another format are computed again
 
 
 class References:
@@ -70,7 +79,7 @@ class References:
     def ensure(self, problem: Problem, world_size: int, dtype: str, size: dict, seeds: list[int], device_type: str,
                nodes: int = 1) -> Expected:
         # over nodes, NCCL may sum in another order than inside one: a layout has its own references
-        key = json.dumps([problem.id, hashlib.sha256(problem.source().encode()).hexdigest(), world_size,
+        key = json.dumps([ENTRY_FORMAT, problem.id, hashlib.sha256(problem.source().encode()).hexdigest(), world_size,
                           dtype, sorted(size.items()), seeds, device_type, torch.__version__]
                          + ([nodes] if nodes > 1 else []))
         for _ in range(3):
@@ -81,7 +90,7 @@ class References:
                 info = json.loads(self.store.read_verified(entry, INFO_FILE))
                 return Expected(entry=entry, seeds=seeds, sha256=self.store.hashes(entry),
                                 structure=info["structure"], reference={"aliases": info["aliases"]},
-                                traffic=info.get("traffic"))
+                                traffic=info.get("traffic"), input_bytes=info.get("input_bytes"))
             except TamperedReference as exc:  # changed since lookup: the next lookup discards it
                 log.warning("reference entry changed while in use, computing it again: %s", exc)
         raise ReferenceFailed(f"the reference entry of {problem.id} keeps changing under us")
@@ -94,7 +103,8 @@ class References:
             outcome = self._run(cmd, f"reference of {problem.id}")
             reports = {str(r): rep for r, rep in sorted(outcome.reports.items())}
             aliases = {str(s): sorted({a for rep in reports.values() for a in rep["aliases"][str(s)]}) for s in seeds}
-            info = {"structure": {r: rep["structure"] for r, rep in reports.items()}, "aliases": aliases}
+            info = {"structure": {r: rep["structure"] for r, rep in reports.items()}, "aliases": aliases,
+                    "input_bytes": {r: int(rep.get("input_bytes") or 0) for r, rep in reports.items()}}
             if all(rep.get("traffic") for rep in reports.values()):
                 info["traffic"] = {r: rep["traffic"] for r, rep in reports.items()}
             (staged / INFO_FILE).write_text(json.dumps(info))

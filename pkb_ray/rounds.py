@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pkb_ray.config import EvalConfig
+from pkb_ray.names import TimingMode
 from pkb_ray.ranks import Ranks, StepOutcome
 from pkb_ray.runner.protocol import Step
 from pkb_ray.timing import calls_per_round, round_order
@@ -35,6 +36,16 @@ class Timing:
     failed: StepOutcome | None = None
     what: str = ""  # which region failed
     seconds: float = 0.0
+    graph_error: str = ""  # why graph mode was asked for and not used
+
+    def of(self, mode: str) -> list[Region]:
+        return [r for r in self.regions if r.mode == mode]
+
+    @property
+    def modes(self) -> list[str]:
+        """The timing modes that ran, the one the result's times use first (graph, where it ran)."""
+        ran = {r.mode for r in self.regions}
+        return [m for m in (TimingMode.GRAPH, TimingMode.EAGER) if m in ran]
 
 
 class RoundDriver:
@@ -66,13 +77,46 @@ class RoundDriver:
                 return
             per_call.append(max(reported_us(r) or 0.0 for r in region.reports.values()))
         k = self.timing.k = calls_per_round(max(per_call), cfg.round_us, cfg.max_round_calls)
+        modes = {TimingMode.EAGER: [TimingMode.EAGER], TimingMode.GRAPH: [TimingMode.GRAPH],
+                 TimingMode.BOTH: [TimingMode.EAGER, TimingMode.GRAPH]}[cfg.timing_mode]
+        if TimingMode.GRAPH in modes:
+            captured = self._capture(k)
+            if captured is None:
+                return
+            if not captured:  # both sides eager, once
+                modes = [TimingMode.EAGER]
+        for mode in modes:
+            if not self._rounds(mode, k):
+                return
+
+    def _capture(self, k: int) -> bool | None:
+        """Each side's k calls captured into a CUDA graph on every rank: True, False (the reason in
+        graph_error) or None (the step failed)."""
+        for side in ("ref", "cand"):
+            cmd = {**self.base, "step": Step.CAPTURE, "side": side, "k": k, "nonce": self.rng.getrandbits(55),
+                   "base_seeds": self.base_seeds}
+            outcome = self.ranks.run(cmd, self.cfg.timeout_s)
+            if not outcome.ok:
+                self.timing.failed, self.timing.what = outcome, f"capturing the {side} side"
+                return None
+            refused = [(r, rep) for r, rep in sorted(outcome.reports.items()) if rep.get("captured") is not True]
+            if refused:
+                rank, rep = refused[0]
+                self.timing.graph_error = (f"{'reference' if side == 'ref' else 'candidate'} not captured (rank "
+                                           f"{rank}): {str(rep.get('error', ''))[-1500:]}")
+                return False
+        return True
+
+    def _rounds(self, mode: str, k: int) -> bool:
+        """The timed rounds of one mode, interleaved; False when a step failed."""
+        cfg = self.cfg
         picked = {side: set(self.rng.sample(range(cfg.rounds), min(cfg.spot_checks, cfg.rounds)))
                   for side in ("ref", "cand")}
         for i in range(cfg.rounds):
             for side in round_order(i):
-                region = self._region(side, k, f"round {i}", timed=True)
+                region = self._region(side, k, f"{mode} round {i}", timed=True, mode=mode)
                 if region is None:
-                    return
+                    return False
                 self.timing.regions.append(region)
                 if i not in picked[side]:
                     continue  # the next region drops this one's outputs
@@ -81,28 +125,28 @@ class RoundDriver:
                 outcome = self.ranks.run({**self.base, "step": Step.KEEP, **self._pick(side, i, region)},
                                          self.cfg.timeout_s, poll_s=REGION_POLL_S)
                 if not outcome.ok:
-                    self.timing.failed, self.timing.what = outcome, f"handing over round {i} ({side})"
-                    return
+                    self.timing.failed, self.timing.what = outcome, f"handing over {mode} round {i} ({side})"
+                    return False
+        return True
 
-    def _region(self, side: str, k: int, what: str, timed: bool) -> Region | None:
+    def _region(self, side: str, k: int, what: str, timed: bool, mode: str = TimingMode.EAGER) -> Region | None:
         nonce = self.rng.getrandbits(56)
         cmd = {**self.base, "step": Step.REGION, "side": side, "k": k, "nonce": nonce, "what": what,
-               "base_seeds": self.base_seeds,
-               "hold": timed}
+               "base_seeds": self.base_seeds, "hold": timed, "graph": mode == TimingMode.GRAPH}
         t0 = time.perf_counter()
         outcome = self.ranks.run(cmd, self.cfg.timeout_s, poll_s=REGION_POLL_S)
         bracket_us = (time.perf_counter() - t0) * 1e6
         if not outcome.ok:
             self.timing.failed, self.timing.what = outcome, f"{what} ({side})"
             return None
-        return Region(side=side, k=k, bracket_us=bracket_us, reports=outcome.reports, nonce=nonce)
+        return Region(side=side, k=k, bracket_us=bracket_us, reports=outcome.reports, nonce=nonce, mode=mode)
 
     def _pick(self, side: str, i: int, region: Region) -> dict[str, Any]:
         """Pick one call of this (timed, committed) region: the keep command's fields."""
         pick_id = len(self.timing.picks)
         index = self.rng.randrange(region.k)
         commits = {str(rank): _at(rep.get("commits"), index) for rank, rep in region.reports.items()}
-        self.timing.picks[pick_id] = {"id": pick_id, "side": side, "region": i, "index": index,
+        self.timing.picks[pick_id] = {"id": pick_id, "side": side, "region": i, "index": index, "mode": region.mode,
                                       "nonce": region.nonce, "commits": commits}
         return {"keep_index": index, "keep_id": pick_id, "out_dir": str(self.kept_dir), "seeds": [pick_id]}
 

@@ -126,6 +126,13 @@ class Result(BaseModel):
     rank_builds: int | None = None  # torch extensions it built on its rank (the compile stage could not)
     timed_seconds: float | None = None  # of which inside the timing step (warmup and rounds), slowest rank
     calls_per_round: int | None = None  # back-to-back calls in one timed round (see pkb_ray.timing)
+    message_bytes: int | None = None  # the inputs of one call on the rank with the most, at this size
+    timing_mode: str = ""  # what ref/cand times and speedup are: eager calls, or graph replays (eval.timing_mode)
+    graph_error: str = ""  # why graph replay was asked for and not used (a side could not be captured)
+    eager_ref_time_us: float | None = None  # eval.timing_mode=both: each mode's times
+    eager_cand_time_us: float | None = None
+    graph_ref_time_us: float | None = None
+    graph_cand_time_us: float | None = None
     phase_seconds: dict[str, float] = Field(default_factory=dict)  # EvalPhase -> seconds
     isolation: str = ""  # how its rank processes were isolated (pkb_ray.sandbox), e.g. "sandbox"
     gang: str = ""  # the gang actor that evaluated it
@@ -227,6 +234,13 @@ RESULT_SCHEMA = pa.schema(
         ("rank_builds", pa.int32()),
         ("timed_seconds", pa.float64()),
         ("calls_per_round", pa.int32()),
+        ("message_bytes", pa.int64()),
+        ("timing_mode", pa.string()),
+        ("graph_error", pa.string()),
+        ("eager_ref_time_us", pa.float64()),
+        ("eager_cand_time_us", pa.float64()),
+        ("graph_ref_time_us", pa.float64()),
+        ("graph_cand_time_us", pa.float64()),
         ("phase_seconds", pa.map_(pa.string(), pa.float64())),
         ("isolation", pa.string()),
         ("gang", pa.string()),

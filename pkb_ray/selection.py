@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from pkb_ray.config import ALL_PROBLEMS, ConfigError, HardwareConfig, SweepConfig
 from pkb_ray.paths import CODE_ROOT, CONF_DIR, DATA_ROOT
-from pkb_ray.problem import Problem
+from pkb_ray.problem import LADDER, Problem
 
 
 def resolve_path(path: str) -> Path:
@@ -57,6 +58,21 @@ def hardware_profile(name: str) -> HardwareConfig:
                                                                               f"{name}.yaml")))
 
 
+def _size_fields(cfg: SweepConfig) -> list[tuple[str, Any]]:
+    if not cfg.eval.sizes:
+        return [("eval.size", cfg.eval.size)]
+    return [(f"eval.sizes.{i}", spec) for i, spec in enumerate(cfg.eval.sizes)]
+
+
+def _check_size(p: Problem, key: str, spec: Any) -> None:
+    if isinstance(spec, dict):
+        unknown = sorted(set(spec) - set(p.meta.sizes["default"]))
+        if unknown:
+            raise ConfigError(f"{key}: {p.id} has no size knob {unknown} ({sorted(p.meta.sizes['default'])})")
+    elif spec != LADDER and spec not in p.meta.sizes:
+        raise ConfigError(f"{key}: {spec!r} is not a size preset of {p.id} ({sorted(p.meta.sizes)}) nor {LADDER!r}")
+
+
 def check_against_problems(cfg: SweepConfig, problems: dict[str, Problem]) -> dict[str, Problem]:
     """The problems this run covers; a config naming something they lack fails here, naming the key."""
     unknown = sorted(set(cfg.problems.ids or []) - set(problems))
@@ -68,12 +84,8 @@ def check_against_problems(cfg: SweepConfig, problems: dict[str, Problem]) -> di
         if not chosen:
             raise ConfigError(f"problems.categories: no problem in {cfg.problems.categories}")
     for p in chosen.values():
-        if isinstance(cfg.eval.size, dict):
-            unknown = sorted(set(cfg.eval.size) - set(p.meta.sizes["default"]))
-            if unknown:
-                raise ConfigError(f"eval.size: {p.id} has no size knob {unknown} ({sorted(p.meta.sizes['default'])})")
-        elif cfg.eval.size not in p.meta.sizes:
-            raise ConfigError(f"eval.size: {cfg.eval.size!r} is not a size preset of {p.id} ({sorted(p.meta.sizes)})")
+        for key, spec in _size_fields(cfg):
+            _check_size(p, key, spec)
         if cfg.eval.dtype and cfg.eval.dtype not in p.meta.dtypes:
             raise ConfigError(f"eval.dtype: {cfg.eval.dtype!r} is not supported by {p.id} ({p.meta.dtypes})")
     for pid, per_dtype in cfg.eval.tolerances.items():

@@ -22,6 +22,12 @@ Reference (A) and candidate (B) are timed in the same rank processes, interleave
    timed by the host clock from a device-wide synchronisation to the next one (on GPU the end waits
    for every stream of the device, so work hidden on side streams is counted). A region's figure
    is region time / ``k``. The fixed cost of the synchronisation is shared by ``k`` calls.
+   Graph mode (``eval.timing_mode``): after calibration each side's ``k`` calls, on ``k`` input
+   buffers of their own, are captured once into a CUDA graph; a region copies its fresh inputs
+   into those buffers (outside the timed part), then times one replay the same way. Only the
+   device's work is timed, as production runs it (decode steps and training steps are replayed
+   graphs). A side that cannot be captured (it synchronises the host, allocates in a way capture
+   refuses, uses a process group that is not NCCL) leaves both sides eager, with the reason.
 5. After the region the rank commits to every output (:func:`pkb_ray.correctness.fingerprint`) in
    its report. Only then does the parent pick, at random and unknown to the rank beforehand, which
    regions' outputs are checked and which call of each; the rank hands that output over, and a
@@ -71,6 +77,16 @@ def timed_region(fn: Callable[..., Any], calls: Sequence[Sequence[Any]],
     device_sync(device)
     elapsed = _perf_counter() - t0
     return outputs, elapsed * 1e6 / len(calls)
+
+
+def timed_replay(graph: Any, k: int, device: torch.device) -> float:
+    """Replay a CUDA graph of ``k`` captured calls; microseconds per call, from a device-wide
+    synchronisation to the next (the same convention as :func:`timed_region`)."""
+    device_sync(device)
+    t0 = _perf_counter()
+    graph.replay()
+    device_sync(device)
+    return (_perf_counter() - t0) * 1e6 / k
 
 
 def call_seed(nonce: int, n: int) -> int:

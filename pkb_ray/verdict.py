@@ -25,6 +25,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from pkb_ray.names import TimingMode
 from pkb_ray.schema import Status
 
 REPORTED_STATUSES = {Status.IMPORT_ERROR.value, Status.RUNTIME_ERROR.value}
@@ -116,6 +117,7 @@ class Region:
     bracket_us: float
     reports: dict[int, dict[str, Any]]
     nonce: int = 0
+    mode: str = TimingMode.EAGER  # eager calls, or a graph replay
 
 
 def forged_time(regions: list[Region]) -> Verdict | None:
@@ -140,6 +142,14 @@ def forged_time(regions: list[Region]) -> Verdict | None:
             if total > region.bracket_us + BRACKET_SLACK_US:
                 return Verdict(Status.TAMPERING, f"rank {rank} reported {total:.0f} us for a {region.side} region "
                                                  f"that the parent saw take {region.bracket_us:.0f} us", rank)
+    for mode in (TimingMode.EAGER, TimingMode.GRAPH):  # a mode's rounds against each other only
+        found = _hidden_time([r for r in regions if r.mode == mode])
+        if found:
+            return found
+    return None
+
+
+def _hidden_time(regions: list[Region]) -> Verdict | None:
     ranks = sorted({r for region in regions for r in region.reports})
     pairs = [(a, b) if a.side == "ref" else (b, a) for a, b in zip(regions[::2], regions[1::2]) if a.side != b.side]
     for rank in ranks:
@@ -183,7 +193,7 @@ def timed_verdict(regions: list[Region], checks: dict[int, dict[str, Any]], pick
             if check["ok"]:
                 continue
             pick = picks[check["id"]]
-            where = f"{pick['side']} region {pick['region']} call {pick['index']}"
+            where = f"{pick['side']} {pick.get('mode', TimingMode.EAGER)} region {pick['region']} call {pick['index']}"
             if check["kind"] == "missing":
                 return Verdict(Status.TAMPERING, f"rank {rank} did not hand over the output of the {where} it was "
                                                  f"asked for: {check['message']}", rank)

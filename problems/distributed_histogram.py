@@ -73,6 +73,7 @@ def speed_of_light(size, world_size, dtype) -> Traffic:
     # Ring all-reduce of the counts (2 (W-1)/W of them each way) and of the two extremes; the values
     # are read twice (range first, then binning); a few flops per value for the bin index.
     return Traffic(
+        steps=2,  # dependent exchanges: the global range, then the counts binned over it
         interconnect_bytes=2 * (world_size - 1) / world_size * (bins + 2) * 4,
         flops=4.0 * n,
         hbm_bytes=2 * n * dtype.itemsize + bins * 4,

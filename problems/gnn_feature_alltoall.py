@@ -81,6 +81,7 @@ def speed_of_light(size, world_size, dtype) -> Traffic:
     rows = (world_size - 1) * n * (1 - math.exp(-deg / world_size))
     row = dim * dtype.itemsize
     return Traffic(
+        steps=2,  # dependent exchanges: the requested node ids, then their features
         interconnect_bytes=rows * (row + 8),
         flops=float(edges * dim + n * dim),
         hbm_bytes=(edges + 2 * rows + n) * row,

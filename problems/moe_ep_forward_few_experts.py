@@ -112,6 +112,7 @@ def speed_of_light(size, world_size, dtype) -> Traffic:
     # rank, whether summed in the pair or at the source); the (W-1)/W cross-rank part of that. Flops: router,
     # this half's three GEMMs on 2*t*k rows, the weighted sum. Memory: this half's weights, x, rows in and out, output.
     return Traffic(
+        steps=2,  # dependent exchanges: the tokens to their experts, then the expert outputs back
         interconnect_bytes=4 * t * k * (w - 1) / w * row,
         flops=2 * t * h * (w // 2) + 2 * t * k * 3 * h * f + 2 * t * k * h,
         hbm_bytes=3 * h * (f // 2) * dtype.itemsize + (2 * t + 4 * t * k) * row,

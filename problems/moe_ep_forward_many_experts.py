@@ -103,6 +103,7 @@ def speed_of_light(size, world_size, dtype) -> Traffic:
     # the t*k rows it holds, the weighted sum. Memory: its experts' weights once, x, the t*k rows into and out
     # of the experts, the output.
     return Traffic(
+        steps=2,  # dependent exchanges: the tokens to their experts, then the expert outputs back
         interconnect_bytes=2 * t * k * (w - 1) / w * row,
         flops=2 * t * h * e * w + t * k * 3 * 2 * h * f + 2 * t * k * h,
         hbm_bytes=3 * e * h * f * dtype.itemsize + (2 * t + 2 * t * k) * row,

@@ -112,6 +112,7 @@ def speed_of_light(size, world_size, dtype) -> Traffic:
     # (and as many of the partner's rows come in and go out); nothing crosses EP groups. Flops: the expert GEMM
     # on the t*k rows it holds and the weighted sum. Memory: its experts' weights, x, rows in and out, output.
     return Traffic(
+        steps=2,  # dependent exchanges: the tokens to their experts, then the expert outputs back
         interconnect_bytes=2 * t * k * (EP - 1) / EP * row,
         flops=2 * t * k * h * h + 2 * t * k * h,
         hbm_bytes=epr * h * h * dtype.itemsize + (2 * t + 2 * t * k) * row,

@@ -77,6 +77,7 @@ def speed_of_light(size, world_size, dtype) -> Traffic:
     # and counts are negligible. A sort does comparisons, not flops. HBM: the local sort, the exchange
     # and the final sort each read and write the keys at least once: taken as 4 passes over n keys.
     return Traffic(
+        steps=2,  # dependent exchanges: the samples (for the splitters), then the keys they route
         interconnect_bytes=(world_size - 1) / world_size * n * dtype.itemsize,
         flops=0.0,
         hbm_bytes=4 * n * dtype.itemsize,

@@ -74,6 +74,7 @@ def speed_of_light(size, world_size, dtype) -> Traffic:
     # All-gather receives W-1 token shards and the ring reduce-scatter sends W-1 partial shards; gate/up and down
     # GEMMs are 4 m h f + 2 m f h flops (elementwise work ignored); read x and the shards once, write the output.
     return Traffic(
+        steps=2,  # dependent exchanges: the gathered tokens, then the partial outputs to their token shards
         interconnect_bytes=2 * (world_size - 1) * t * h * b,
         flops=6 * m * h * f,
         hbm_bytes=(t * h + 3 * h * f + t * h) * b,

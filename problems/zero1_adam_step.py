@@ -114,6 +114,7 @@ def speed_of_light(size, world_size, dtype) -> Traffic:
     # per shard element for the mean. Memory: read all gradients, write all parameters, read param/grad/m/v and
     # write m/v of the shard.
     return Traffic(
+        steps=2,  # dependent exchanges: the gradients to their owners, then the updated parameters back
         interconnect_bytes=2 * (w - 1) / w * n * b,
         flops=(15 + w - 1) * n / w,
         hbm_bytes=2 * n * b + 6 * n / w * b,

@@ -116,6 +116,7 @@ def speed_of_light(size, world_size, dtype) -> Traffic:
     # (W-1)/W of the flat bytes each. W-1 adds and about 15 AdamW flops per shard element. Memory: read the
     # gradient buffer, write all parameters, read param/m/v and write m/v of the shard.
     return Traffic(
+        steps=2,  # dependent exchanges: the gradients to their owners, then the updated parameters back
         interconnect_bytes=2 * (w - 1) / w * n * b,
         flops=(15 + w - 1) * n / w,
         hbm_bytes=2 * n * b + 5 * n / w * b,

@@ -107,3 +107,37 @@ def test_fresh_inputs_are_new_every_call_but_keep_ties_zeros_and_signs():
     nonzero = x != 0
     assert ((a[0][nonzero] / x[nonzero] - 1).abs() <= FRESH_SPREAD + 1e-6).all()
     assert fresh_inputs((idx,), nonce=11, n=0) is None  # nothing to move: the caller draws a new set
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph", "both"])
+def test_timing_mode_is_in_the_row_and_graphs_fall_back_to_eager_off_the_gpu(make_harness, problems, mode):
+    # gloo ranks have no CUDA device to capture on: graph mode times both sides eager and says why
+    r = make_harness(2, rounds=6, timing_mode=mode).evaluate(
+        Sample(problem_id="broadcast", model="m", sample_index=0, source=problems["broadcast"].source()))
+    assert r.status == Status.CORRECT, r.message
+    assert r.timing_mode == "eager" and r.cand_time_us > 0
+    if mode == "eager":
+        assert r.graph_error == ""
+    else:
+        assert "CUDA graphs need a CUDA device" in r.graph_error and "not cpu" in r.graph_error
+    if mode == "both":  # each mode's times: eager's only, the graph never ran
+        assert r.eager_ref_time_us == r.ref_time_us and r.eager_cand_time_us == r.cand_time_us
+        assert r.graph_ref_time_us is None and r.graph_cand_time_us is None
+    else:
+        assert r.eager_cand_time_us is None
+
+
+def test_a_graph_replays_new_inputs_only_when_they_fit_its_buffers():
+    import torch
+
+    from pkb_ray.runner.steps import Captured, same_layout
+
+    a = (torch.zeros(4), [torch.ones(2, dtype=torch.int64)], 3)
+    assert same_layout(a, (torch.ones(4), [torch.zeros(2, dtype=torch.int64)], 3))
+    assert not same_layout(a, (torch.ones(5), [torch.zeros(2, dtype=torch.int64)], 3))  # shape
+    assert not same_layout(a, (torch.ones(4), [torch.zeros(2, dtype=torch.int64)], 4))  # a value the graph baked in
+    assert not same_layout(a, (torch.ones(4, dtype=torch.float64), [torch.zeros(2, dtype=torch.int64)], 3))
+    buffers = [(torch.zeros(3), (torch.zeros(2),))]
+    held = buffers[0][0]
+    Captured(graph=None, inputs=buffers, outputs=[]).load([(torch.tensor([1.0, 2.0, 3.0]), (torch.tensor([4.0, 5.0]),))])
+    assert held.tolist() == [1.0, 2.0, 3.0] and buffers[0][1][0].tolist() == [4.0, 5.0]  # in place: the graph's addresses

@@ -22,6 +22,7 @@ class Step:
     TRIALS = "trials"  # the candidate on each trial seed
     REGION = "region"  # one timed region of k back-to-back calls (see pkb_ray.rounds)
     KEEP = "keep"  # keep one timed call's outputs for the check
+    CAPTURE = "capture"  # capture one side's k calls into a CUDA graph (graph timing mode)
     CHECK_TRIALS = "check_trials"  # compare the candidate's trial outputs with the references (clean ranks)
     CHECK_TIMED = "check_timed"  # the same for the timed calls kept
     EXIT = "exit"

@@ -35,10 +35,10 @@ from pkb_ray.names import Status
 from pkb_ray.problem import DTYPES, InputContext, Problem, Tolerance, load_problem
 from pkb_ray.runner import extensions, protocol, tensor_io
 from pkb_ray.runner.protocol import Step, StepFailed, set_phase, tensor_file
-from pkb_ray.runner.resident import BUDGET_BYTES, Resident
+from pkb_ray.runner.resident import BUDGET_BYTES, Resident, nbytes
 from pkb_ray.runner.tensor_io import TensorFileError
 from pkb_ray.runner.trace import traced_call
-from pkb_ray.timing import call_seed, fresh_inputs, timed_region
+from pkb_ray.timing import call_seed, fresh_inputs, timed_region, timed_replay
 
 
 def candidate_traceback() -> str:
@@ -69,11 +69,14 @@ def _watched() -> dict[str, Any]:
             "pkb_ray.timing.device_sync": timing.device_sync, "pkb_ray.correctness.fingerprint": correctness.fingerprint,
             "pkb_ray.runner.tensor_io.write": tensor_io.write, "pkb_ray.runner.tensor_io._host_bytes": tensor_io._host_bytes,
             "pkb_ray.runner.steps.timed_region": sys.modules[__name__].timed_region,
+            "pkb_ray.timing.timed_replay": timing.timed_replay,
+            "pkb_ray.runner.steps.timed_replay": sys.modules[__name__].timed_replay,
             "pkb_ray.runner.steps.fingerprint": sys.modules[__name__].fingerprint,
             "pkb_ray.runner.steps.fingerprints": sys.modules[__name__].fingerprints,
             "pkb_ray.correctness.fingerprints": correctness.fingerprints,
             "pkb_ray.runner.protocol.write_report": protocol.write_report,
             "RankSession.region": RankSession.region, "RankSession.keep": RankSession.keep,
+            "RankSession.capture": RankSession.capture,
             "RankSession.run": RankSession.run}
 
 
@@ -89,6 +92,7 @@ class RankSession:
         self.candidate: Callable[..., Any] | None = None
         self._held: list[Any] | None = None  # outputs of the last region, until the parent picks one
         self._base: tuple | None = None  # (key, base input sets of the timed calls)
+        self._graphs: dict[str, Captured] = {}  # side -> its k calls captured (graph timing mode)
         self._originals = _watched()
         # clean sets: verified reference outputs kept on the device between samples (by content hash)
         self.resident = Resident(BUDGET_BYTES.get(device.type, BUDGET_BYTES["cpu"]))
@@ -99,7 +103,7 @@ class RankSession:
         self.dtype_name = cmd["dtype"]
         self.size = cmd["size"]
         step = {Step.REFERENCE: self.reference, Step.TRIALS: self.trials, Step.REGION: self.region,
-                Step.KEEP: self.keep, Step.CHECK_TRIALS: self.check_trials, Step.CHECK_TIMED: self.check_timed}[cmd["step"]]
+                Step.KEEP: self.keep, Step.CAPTURE: self.capture, Step.CHECK_TRIALS: self.check_trials, Step.CHECK_TIMED: self.check_timed}[cmd["step"]]
         report = step(cmd)
         if self.candidate is not None:
             report["tampered"] = [name for name, fn in _watched().items() if fn is not self._originals[name]]
@@ -109,10 +113,11 @@ class RankSession:
 
     def reference(self, cmd: dict[str, Any]) -> dict[str, Any]:
         out_dir = Path(cmd["out_dir"])
-        shapes, shared, traffic = {}, {}, None
+        shapes, shared, traffic, input_bytes = {}, {}, None, 0
         for seed in cmd["seeds"]:
             self._phase(f"reference seed={seed}")
             inputs = self._inputs(seed)
+            input_bytes = max(input_bytes, nbytes(inputs))
             if traffic is None and getattr(self.problem.module, "TRACE_SOL", False):  # no bound of its own
                 out, traffic = traced_call(self.problem.solution, inputs)
             else:
@@ -124,7 +129,7 @@ class RankSession:
             # the next check needs no read (the key is the content); kept as a reader of the file gets it
             self.resident.put(digest, copy_tree(tensor_io.canonical(value)))
         return {"status": "ok", "structure": shapes, "aliases": shared, "devices": output_devices(out),
-                "traffic": traffic}
+                "traffic": traffic, "input_bytes": input_bytes}
 
     def check_trials(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Compare the candidate's trial outputs (and inputs after the call) with the reference's."""
@@ -214,18 +219,27 @@ class RankSession:
         return {"status": "ok", "devices": devices, "aliases": shared, "rank_builds": builds["built"]}
 
     def region(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        """k calls of one side on fresh inputs (from the parent's nonce), timed back to back; then a
-        commitment (fingerprint) to every output, before the parent says which one to hand over."""
+        """k calls of one side on fresh inputs (from the parent's nonce), timed back to back (or, with
+        ``graph``, one replay of the side's captured calls on those inputs); then a commitment
+        (fingerprint) to every output, before the parent says which one to hand over."""
         self._hand_over(cmd)
         side, k = cmd["side"], cmd["k"]
         fn = self.problem.solution if side == "ref" else self.candidate
         self._phase(f"{cmd['what']} ({side})")
         calls = [self._call_inputs(cmd["base_seeds"], cmd["nonce"], n) for n in range(k)]
+        captured = self._graphs.get(side) if cmd.get("graph") else None
+        if cmd.get("graph") and (captured is None or len(captured.inputs) != k):
+            raise StepFailed(Status.RUNTIME_ERROR.value, f"{cmd['what']} ({side}): no graph of {k} calls captured")
+        if captured is not None:
+            captured.load(calls)
         gc.collect(0)  # the young generation only: a full collection costs ~170 ms with torch loaded
         gc.disable()  # a collection inside a region would be charged to whichever side triggered it
         try:
             dist.barrier()
-            outs, us = timed_region(fn, calls, self.device)
+            if captured is not None:
+                outs, us = captured.outputs, timed_replay(captured.graph, k, self.device)
+            else:
+                outs, us = timed_region(fn, calls, self.device)
         except BaseException:  # noqa: BLE001
             raise StepFailed(Status.RUNTIME_ERROR.value, f"timed call, {cmd['what']} ({side}):\n{candidate_traceback()}") from None
         finally:
@@ -234,6 +248,34 @@ class RankSession:
         self._held = outs if cmd["hold"] else None
         return {"status": "ok", "us": us, "commits": fingerprints(outs) if cmd["hold"] else [],
                 "aliases": shared, "devices": output_devices(outs[0])}
+
+    def capture(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Capture k calls of one side, on input buffers of their own, into a CUDA graph that later
+        regions replay. Reports ``captured`` and, when it could not, why: the parent then times
+        both sides eager."""
+        self._hand_over(cmd)
+        side, k = cmd["side"], cmd["k"]
+        fn = self.problem.solution if side == "ref" else self.candidate
+        self._phase(f"capture ({side})")
+        if self.device.type != "cuda":
+            return {"status": "ok", "captured": False, "error": f"CUDA graphs need a CUDA device, not {self.device.type}"}
+        calls = [self._call_inputs(cmd["base_seeds"], cmd["nonce"], n) for n in range(k)]
+        again = [self._call_inputs(cmd["base_seeds"], cmd["nonce"] + 1, n) for n in range(k)]
+        if not all(same_layout(a, b) for a, b in zip(calls, again)):
+            return {"status": "ok", "captured": False,
+                    "error": "the problem's inputs change shape or non-tensor values from call to call"}
+        dist.barrier()
+        try:
+            graph, outs = capture_calls(fn, calls, self.device)
+        except BaseException:  # noqa: BLE001 - the side stays eager; the reason goes in the row
+            error = candidate_traceback()
+            try:
+                torch.cuda.synchronize(self.device)
+            except RuntimeError as exc:  # the context did not survive: eager timing cannot run either
+                raise StepFailed(Status.RUNTIME_ERROR.value, f"capture ({side}) broke the device: {exc}\n{error}") from None
+            return {"status": "ok", "captured": False, "error": error[-2000:]}
+        self._graphs[side] = Captured(graph, calls, outs)
+        return {"status": "ok", "captured": True}
 
     def keep(self, cmd: dict[str, Any]) -> dict[str, Any]:
         self._hand_over(cmd)
@@ -283,6 +325,53 @@ class RankSession:
 
     def _phase(self, phase: str) -> None:
         set_phase(self.job_dir, self.rank, phase)
+
+
+class Captured:
+    """One side's k calls captured in a CUDA graph: the input buffers it reads, the outputs it writes."""
+
+    def __init__(self, graph: Any, inputs: list[tuple], outputs: list[Any]):
+        self.graph, self.inputs, self.outputs = graph, inputs, outputs
+
+    def load(self, calls: list[tuple]) -> None:
+        """Copy a region's fresh inputs into the buffers the graph reads."""
+        for buffers, fresh in zip(self.inputs, calls):
+            _copy_into(buffers, fresh)
+
+
+def _copy_into(dst: Any, src: Any) -> None:
+    if isinstance(dst, torch.Tensor):
+        dst.copy_(src)
+    elif isinstance(dst, (tuple, list)):
+        for d, s in zip(dst, src):
+            _copy_into(d, s)
+
+
+def same_layout(a: Any, b: Any) -> bool:
+    """Whether ``b`` fits the buffers of ``a``: tensors of the same shape, dtype and device, other
+    values equal (a graph replays the values it was captured with)."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and (a.shape, a.dtype, a.device) == (b.shape, b.dtype, b.device)
+    if isinstance(a, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(same_layout(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def capture_calls(fn: Callable[..., Any], calls: list[tuple], device: torch.device) -> tuple[Any, list[Any]]:
+    """``fn`` on each argument tuple, captured into one CUDA graph (after one call on the capture
+    stream: libraries set up their per-stream state outside the capture)."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        fn(*calls[0])
+    torch.cuda.current_stream(device).wait_stream(stream)
+    torch.cuda.synchronize(device)
+    graph = torch.cuda.CUDAGraph()
+    # thread_local: the process group's watchdog thread may query events while this thread captures
+    with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+        outs = [fn(*args) for args in calls]
+    torch.cuda.synchronize(device)
+    return graph, outs
 
 
 def _finding(id_: int, where: str = "", message: str = "", max_abs_error: float | None = None,

@@ -203,7 +203,7 @@ class GangPool:
         self._waiting[handle.actor.info.remote()] = Waiting(Wait.START, action.gang)
 
     def _dispatch(self, action: Dispatch) -> None:
-        ref = self.handles[action.gang].actor.evaluate.remote(action.task.sample)
+        ref = self.handles[action.gang].actor.evaluate.remote(action.task.sample, action.task.where)
         self._waiting[ref] = Waiting(Wait.EVAL, action.gang, action.task, time.monotonic())
 
     def _stop(self, action: Stop) -> None:

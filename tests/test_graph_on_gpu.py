@@ -1,0 +1,108 @@
+"""Graph timing mode on real GPUs (the device machine): what captures, what falls back, what is caught.
+
+Skipped without a CUDA GPU. With one GPU the ranks are W=1 (NCCL on one rank still captures its
+kernels); the expert kernel's case needs 2. Run there with
+``python3 -m pytest -q -m gpu tests/test_graph_on_gpu.py``.
+"""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import REPO
+from pkb_ray.config import EvalConfig, HardwareConfig
+from pkb_ray.harness import Harness
+from pkb_ray.pipeline import prepare_here
+from pkb_ray.samples import read_samples
+from pkb_ray.schema import Sample, Status
+from pkb_ray.stages.compile import build_settings
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+W = min(2, torch.cuda.device_count()) if torch.cuda.is_available() else 0
+
+SYNCS_THE_HOST = '''
+import torch
+import torch.distributed as dist
+
+def solution(x):
+    out = x.clone()
+    dist.all_reduce(out)
+    if out.abs().max().item() < 0:  # a host read: capture refuses it
+        out.zero_()
+    return out
+'''
+
+STALE = '''
+import torch
+import torch.distributed as dist
+
+_kept = []
+
+def solution(x):
+    if not _kept:  # computes once, then hands back the same answer (and buffer)
+        out = x.clone()
+        dist.all_reduce(out)
+        _kept.append(out)
+    return _kept[0]
+'''
+
+
+def _harness(problems, tmp_path: Path, mode: str, numel: int = 1 << 16) -> Harness:
+    hw = HardwareConfig(name=f"gpu_{W}", device="cuda", world_sizes=[W], gpus_per_node=W)
+    cfg = EvalConfig(trials=2, timing_sets=2, warmup=5, rounds=30, size={"numel": numel}, timeout_s=120,
+                     prewarm=0, max_round_calls=200, timing_mode=mode)
+    return Harness([f"cuda:{i}" for i in range(W)], cfg, hw, problems, work_dir=tmp_path / "work",
+                   cache_dir=tmp_path / "cache")
+
+
+def _sample(source: str, index: int = 0) -> Sample:
+    return Sample(problem_id="all_reduce", model="m", sample_index=index, source=source)
+
+
+def test_nccl_reference_and_its_copy_capture_and_time_alike(problems, tmp_path):
+    h = _harness(problems, tmp_path, "both")
+    try:
+        r = h.evaluate(_sample(problems["all_reduce"].source()))
+    finally:
+        h.close()
+    assert r.status == Status.CORRECT, r.message
+    assert r.timing_mode == "graph" and r.graph_error == "", r.graph_error
+    assert r.graph_cand_time_us == r.cand_time_us and r.eager_cand_time_us > 0
+    assert 0.8 <= r.speedup <= 1.25, r.speedup  # a copy of the reference, replayed
+
+
+def test_a_sample_that_syncs_the_host_falls_back_to_eager_with_the_reason(problems, tmp_path):
+    h = _harness(problems, tmp_path, "graph")
+    try:
+        r = h.evaluate(_sample(SYNCS_THE_HOST))
+    finally:
+        h.close()
+    assert r.status == Status.CORRECT, r.message
+    assert r.timing_mode == "eager" and "candidate not captured" in r.graph_error, r.graph_error
+    assert r.cand_time_us > 0
+
+
+def test_a_stale_answer_is_caught_in_graph_mode_too(problems, tmp_path):
+    h = _harness(problems, tmp_path, "graph")
+    try:
+        r = h.evaluate(_sample(STALE))
+    finally:
+        h.close()
+    assert r.status == Status.WRONG_OUTPUT, (r.status, r.message)
+
+
+@pytest.mark.skipif(W < 2, reason="the expert kernel needs 2 GPUs")
+def test_the_expert_all_reduce_captures_its_symmetric_memory_kernel(problems, tmp_path):
+    row = next(r for r in read_samples(REPO / "kernels", model="kernels")
+               if r["metadata"]["file"].endswith("03_cuda_one_or_two_shot.py"))
+    sample = prepare_here(row, problems, W, build_settings("sm_90a", tmp_path / "cache", 300))
+    assert isinstance(sample, Sample), sample.message
+    h = _harness(problems, tmp_path, "both", numel=1 << 14)
+    try:
+        r = h.evaluate(sample)
+    finally:
+        h.close()
+    assert r.status == Status.CORRECT, r.message
+    assert r.timing_mode == "graph" and r.graph_error == "", r.graph_error
+    assert r.graph_cand_time_us > 0 and r.eager_cand_time_us > 0
