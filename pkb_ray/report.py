@@ -22,16 +22,16 @@ from __future__ import annotations
 
 import hashlib
 import html
-import io
 import json
 import math
-import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
 
 import pandas as pd
 
+from pkb_ray import size_sweeps
+from pkb_ray.figures import pyplot, svg
 from pkb_ray.metrics import curves, fast_col, final_and_rounds, pass_col, summarize
 from pkb_ray.results import RESULT_KEY, newest, read_results
 from pkb_ray.schema import Status
@@ -65,6 +65,10 @@ NOTES = {
     "samples": "Every result, by model and problem: open one for its message, each rank's median time and "
                "interquartile range (microseconds, reference and sample), and its source.",
     "run": "The hardware, the versions the results were measured with, the configuration and the W&B run.",
+    "sizes": "Problems evaluated at several sizes (eval.sizes): per size, the bytes of one call's inputs on a "
+             "rank, the reference's median time and the model's best correct sample (eager calls and graph "
+             "replays each, where both were timed). A model's crossover, the size from which its best sample "
+             "stops beating the reference, is where its speedup line crosses the dashed line.",
     "refinement": "Failed or slow samples went back to the model with the evaluator's feedback; each row counts "
                   "every sample's latest version after that round (round 0: the first answers).",
 }
@@ -78,11 +82,27 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     several, and ``problem_id`` carries the world size when the rows span several (the metrics
     estimate per (model, problem_id))."""
     df = df.copy()
+    df["base_problem"] = df["problem_id"]
     several_hw = df.groupby("model")["hardware"].nunique().gt(1)
     df["model"] = [f"{m} @ {h}" if several_hw.get(m, False) else m for m, h in zip(df["model"], df["hardware"])]
     if df["world_size"].nunique() > 1:
         df["problem_id"] = [f"{p} W={w}" for p, w in zip(df["problem_id"], df["world_size"])]
+    swept = df.groupby("base_problem")["size"].transform("nunique").gt(1)
+    if swept.any():  # each size of a sweep is a problem of its own to the scores
+        df.loc[swept, "problem_id"] = [f"{p} @ {s}" for p, s in zip(df.loc[swept, "problem_id"], df.loc[swept, "size"])]
     return df
+
+
+def timing_note(df: pd.DataFrame) -> str:
+    """What the times are: eager calls, graph replays (eval.timing_mode), or a mix, with counts."""
+    timed = df[df["cand_time_us"].notna()] if "cand_time_us" in df else df.iloc[0:0]
+    modes = timed["timing_mode"].replace("", "eager").fillna("eager") if "timing_mode" in timed else None
+    if modes is None or modes.empty:
+        return "times: none"
+    counts = modes.value_counts()
+    if len(counts) == 1:
+        return f"times: {'graph replays' if counts.index[0] == 'graph' else 'eager calls'}"
+    return "times: " + ", ".join(f"{m} {n}" for m, n in counts.items())
 
 
 def across_nodes(df: pd.DataFrame) -> pd.DataFrame | None:
@@ -239,32 +259,8 @@ def category_speedups(df: pd.DataFrame) -> pd.DataFrame:
 
 # ---- figures -------------------------------------------------------------------------------------
 
-def _svg(fig, name: str) -> str:
-    """``fig`` as inline SVG, its element ids prefixed with ``name``: matplotlib numbers them per
-    figure (figure_1, axes_1, ...), so several figures in one page would share ids and references."""
-    plt = _pyplot()
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
-    plt.close(fig)
-    text = buf.getvalue()
-    text = text[text.index("<svg"):]
-    text = re.sub(r'\bid="([^"]+)"', rf'id="{name}-\1"', text)
-    return re.sub(r'(href="#|url\(#)([^")]+)', rf"\1{name}-\2", text)
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    matplotlib.rcParams.update({"svg.fonttype": "none", "font.size": 10, "axes.spines.top": False,
-                                "axes.spines.right": False})
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def figure_curves(df: pd.DataFrame) -> str:
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.ticker import MaxNLocator
 
     c = curves(df, ["model"], ps=(1.0,))
@@ -279,11 +275,11 @@ def figure_curves(df: pd.DataFrame) -> str:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("mean over problems")
     axes[1].legend(loc="lower right", fontsize=8)
-    return _svg(fig, "curves")
+    return svg(fig, "curves")
 
 
 def figure_speedups(df: pd.DataFrame) -> str:
-    plt = _pyplot()
+    plt = pyplot()
     ok = df[(df["status"] == Status.CORRECT.value) & (df["speedup"] > 0)]
     models = sorted(df["model"].unique())
     cats = sorted(ok["category"].unique()) or ["(none)"]
@@ -303,11 +299,11 @@ def figure_speedups(df: pd.DataFrame) -> str:
     ax.axvline(1.0, color="#c62828", linewidth=1, linestyle="--")
     ax.set_xlabel("speedup over the reference (log scale; dashed: as fast)")
     ax.grid(axis="x", alpha=0.3)
-    return _svg(fig, "speedups")
+    return svg(fig, "speedups")
 
 
 def figure_failures(df: pd.DataFrame) -> str:
-    plt = _pyplot()
+    plt = pyplot()
     counts = status_table(df, ["model"]).set_index("model")
     shares = counts.drop(columns="total").div(counts["total"], axis=0)
     fig, ax = plt.subplots(figsize=(10, 0.6 + 0.45 * len(shares)))
@@ -318,7 +314,7 @@ def figure_failures(df: pd.DataFrame) -> str:
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of samples")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    return _svg(fig, "failures")
+    return svg(fig, "failures")
 
 
 # ---- output --------------------------------------------------------------------------------------
@@ -443,7 +439,7 @@ def build(df: pd.DataFrame, title: str = "pkb_ray report", run_info: dict | None
     hardware = ", ".join(sorted(df["hardware"].astype(str).unique()))
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     meta = (f"{len(df)} results, {df['model'].nunique()} model(s), {df['problem_id'].nunique()} problem(s); "
-            f"hardware: {hardware}; generated {stamp}")
+            f"hardware: {hardware}; {timing_note(df)}; generated {stamp}")
     blocks = {
         "leaderboard": html_table(board),
         "pass-at-k": figure_curves(df),
@@ -465,6 +461,10 @@ def build(df: pd.DataFrame, title: str = "pkb_ray report", run_info: dict | None
     if rounds is not None:
         sections["refinement"] = "After each refinement round"
         blocks["refinement"] = html_table(rounds)
+    sizes = size_sweeps.table(df)
+    if sizes is not None:
+        sections["sizes"] = "Against message size"
+        blocks["sizes"] = size_sweeps.figures(sizes) + html_table(sizes)
     nav = "".join(f'<a href="#{k}">{v}</a>' for k, v in sections.items())
     body = "".join(f'<section id="{k}"><h2>{sections[k]}</h2><p class="note">{html.escape(NOTES[k])}</p>'
                    f'{blocks[k]}</section>' for k in sections)
@@ -487,7 +487,8 @@ def build(df: pd.DataFrame, title: str = "pkb_ray report", run_info: dict | None
     ] + ([f"## {sections['nodes']}", "", NOTES["nodes"], "", markdown_table(spread)] if spread is not None else [])
       + ([f"## {sections['verdicts']}", "", NOTES["verdicts"], "", markdown_table(both)] if both is not None else [])
       + ([f"## {sections['refinement']}", "", NOTES["refinement"], "", markdown_table(rounds)]
-         if rounds is not None else []))
+         if rounds is not None else [])
+      + ([f"## {sections['sizes']}", "", NOTES["sizes"], "", markdown_table(sizes)] if sizes is not None else []))
     return page, md
 
 

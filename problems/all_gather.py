@@ -26,6 +26,7 @@ META = dict(
     },
     # numel: elements of each rank's shard; the output holds world_size * numel.
     sizes={"small": dict(numel=4096), "default": dict(numel=1 << 20), "large": dict(numel=1 << 26)},
+    ladder=[dict(numel=1 << p) for p in range(10, 27, 2)],  # 4 KiB .. 256 MiB of float32 a rank
 )
 
 

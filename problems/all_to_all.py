@@ -34,6 +34,7 @@ META = dict(
         "default": dict(rows_per_peer=64, dim=4096),
         "large": dict(rows_per_peer=4096, dim=4096),
     },
+    ladder=[dict(rows_per_peer=1 << p, dim=1024) for p in range(0, 15, 2)],  # 4 KiB .. 64 MiB to each peer (float32)
 )
 
 

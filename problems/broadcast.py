@@ -26,6 +26,7 @@ META = dict(
         "bfloat16": dict(atol=0, rtol=0, reason="pure data movement: bit-exact"),
     },
     sizes={"small": dict(numel=4096), "default": dict(numel=1 << 20), "large": dict(numel=1 << 27)},
+    ladder=[dict(numel=1 << p) for p in range(10, 27, 2)],  # 4 KiB .. 256 MiB of float32 a rank
 )
 
 

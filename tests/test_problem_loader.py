@@ -44,6 +44,8 @@ def test_good_file_loads(tmp_path):
         ('dtypes=["float32"]', 'dtypes=["float32", "bfloat16"]', "META: "),
         ('"default": dict(n=8)', '"large": dict(n=8)', "META.sizes"),
         ('"default": dict(n=8)', '"default": dict(m=8)', "META.sizes"),
+        ('"default": dict(n=8)},', '"default": dict(n=8)}, ladder=[dict(n=16), dict(m=1)],', "ladder.1: knobs ['m']"),
+        ('"default": dict(n=8)},', '"default": dict(n=8)}, ladder=[dict(n=0)],', "ladder.0: knob values must be positive"),
         ('category="collective"', 'category="Bad Name"', "META.category"),
         ('def make_inputs(ctx):', 'def make_input(ctx):', "make_inputs: missing"),
         ('def make_inputs(ctx):', 'def make_inputs(size, rank):', "make_inputs: signature"),
@@ -59,6 +61,17 @@ def test_bad_file_names_file_and_field(tmp_path, old, new, field):
     with pytest.raises(ProblemError) as err:
         load_problem(path)
     assert str(path) in str(err.value) and field in str(err.value), str(err.value)
+
+
+def test_a_size_sweep_names_presets_knobs_and_the_ladder(tmp_path):
+    p = load_problem(write(tmp_path, GOOD.format(id="copy")))
+    # without a ladder of its own, 'ladder' is the presets; a size named twice is evaluated once
+    assert p.sizes_of(["ladder", {"n": 8}, "small"]) == [("small", {"n": 4}), ("default", {"n": 8}),
+                                                         ("n=8", {"n": 8})]
+    text = GOOD.format(id="copy").replace('"default": dict(n=8)},', '"default": dict(n=8)}, ladder=[dict(n=2), dict(n=64)],')
+    laddered = load_problem(write(tmp_path, text))
+    assert laddered.sizes_of(["ladder"]) == [("n=2", {"n": 2}), ("n=64", {"n": 64})]
+    assert laddered.knobs_of("n=64") == {"n": 64}
 
 
 def test_id_must_match_file_name(tmp_path):

@@ -172,3 +172,36 @@ def test_wandb_gets_the_runs_scores_and_each_models(run_dir, tmp_path):
     units = summarize(df, ["model", "problem_id"], ks=(1,))
     assert summary["pass@1"] == pytest.approx(units["pass@1"].mean()) and summary["problems"] == 6
     assert summary["pass@5_problems"] == 0 and summary["pass@1_problems"] == 6  # 4 samples per problem
+
+
+def test_a_size_sweep_is_drawn_against_bytes_with_each_models_crossover(tmp_path):
+    from pkb_ray import size_sweeps
+
+    # one sample per model at four sizes, timed both ways: "fast" beats the reference up to 64 KiB
+    # (graph replays), then stops; "slow" never does
+    speedups = {"fast": [3.0, 2.0, 1.2, 0.9, 0.7], "slow": [0.5, 0.5, 0.6, 0.6, 0.5]}
+    rows = []
+    for model, curve in speedups.items():
+        s = Sample(problem_id="all_reduce", model=model, sample_index=0, source=f"# {model}\n")
+        for n, sp in enumerate(curve):
+            numel = 1024 << (2 * n)
+            ref = 10.0 + numel / 1000
+            rows.append(Result.for_sample(s, Status.CORRECT, world_size=2, hardware="h200_2", category="collective",
+                                          size=f"numel={numel}", message_bytes=4 * numel, timing_mode="graph",
+                                          ref_time_us=ref, cand_time_us=ref / sp, speedup=sp,
+                                          graph_ref_time_us=ref, graph_cand_time_us=ref / sp,
+                                          eager_ref_time_us=ref + 30, eager_cand_time_us=ref / sp + 9))
+    write_results(rows, tmp_path / "run" / "results")
+    df = read_runs([tmp_path / "run"])
+    page, md = write(df, tmp_path / "out")
+    html, text = page.read_text(), md.read_text()
+    assert '<section id="sizes">' in html and 'id="size-all_reduce-w2"' in html and "## Against message size" in text
+    assert "times: graph replays" in html
+    sweep = size_sweeps.table(df.assign(base_problem=df["problem_id"]))
+    fast = sweep[sweep["model"] == "fast"]
+    assert list(fast["bytes"]) == [4096, 16384, 65536, 262144, 1048576]
+    assert list(fast["beats reference"]) == ["yes", "yes", "yes", "no", "no"]
+    assert size_sweeps.crossover(fast) == 262144 and size_sweeps.crossover(sweep[sweep["model"] == "slow"]) is None
+    assert fast["eager reference us"].iloc[0] == pytest.approx(fast["graph reference us"].iloc[0] + 30)
+    # each size scores as a problem of its own: 5 sizes x 1 problem
+    assert "5 problem(s)" in html

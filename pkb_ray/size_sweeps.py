@@ -1,0 +1,123 @@
+"""Size sweeps in the report (``eval.sizes``): time and speedup against message size, per problem.
+
+For every problem whose rows span several sizes (at one world size and hardware): each size's
+message bytes (one call's inputs on the rank with the most), the reference's median time, and the
+best correct sample's time and speedup per model; eager and graph times each where the rows have
+them (``eval.timing_mode=both``). The figure draws them against bytes as nccl-tests prints its
+curves; on the speedup panel the dashed line at 1 is the reference, so a model's crossover (the
+size from which its best sample stops beating the reference) is where its line crosses it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from pkb_ray.figures import pyplot, svg
+from pkb_ray.names import Status, TimingMode
+
+MODES = (TimingMode.EAGER, TimingMode.GRAPH)
+COLUMNS = ["problem", "W", "model", "size", "bytes", "timing", "reference us", "best us", "best speedup",
+           "beats reference", *(f"{m} {what}" for m in MODES for what in ("reference us", "best us"))]
+
+
+def swept(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of (problem, world size, hardware) groups measured at more than one size."""
+    if df.empty or "message_bytes" not in df:
+        return df.iloc[0:0]
+    df = df.reset_index(drop=True)  # rows read from several files repeat index labels
+    base = df["base_problem"] if "base_problem" in df else df["problem_id"]
+    sizes = df.assign(_p=base).groupby(["_p", "world_size", "hardware"])["size"].transform("nunique")
+    return df.assign(base_problem=base)[(sizes > 1) & df["message_bytes"].notna()]
+
+
+def table(df: pd.DataFrame) -> pd.DataFrame | None:
+    """One row per problem, world size, model and size (None when no problem was swept)."""
+    rows_in = swept(df)
+    if rows_in.empty:
+        return None
+    rows = []
+    for (pid, w, model, size), g in rows_in.groupby(["base_problem", "world_size", "model", "size"], sort=True):
+        ok = g[(g["status"] == Status.CORRECT.value) & g["speedup"].notna()]
+        best = ok.loc[ok["speedup"].idxmax()] if len(ok) else None
+        row = {"problem": pid, "W": int(w), "model": model, "size": size, "bytes": int(g["message_bytes"].max()),
+               "timing": best["timing_mode"] if best is not None and best.get("timing_mode") else "",
+               "reference us": g["ref_time_us"].median(),
+               "best us": best["cand_time_us"] if best is not None else math.nan,
+               "best speedup": best["speedup"] if best is not None else math.nan,
+               "beats reference": "yes" if best is not None and best["speedup"] > 1 else "no"}
+        for mode in MODES:
+            ref_col, cand_col = f"{mode}_ref_time_us", f"{mode}_cand_time_us"
+            row[f"{mode} reference us"] = g[ref_col].median() if ref_col in g else math.nan
+            row[f"{mode} best us"] = ok[cand_col].min() if cand_col in ok and ok[cand_col].notna().any() else math.nan
+        rows.append(row)
+    out = pd.DataFrame(rows, columns=COLUMNS).sort_values(["problem", "W", "model", "bytes"]).reset_index(drop=True)
+    return out.dropna(axis=1, how="all")
+
+
+def crossover(curve: pd.DataFrame) -> int | None:
+    """The smallest message size from which the best speedup stays at or below 1 after being above it."""
+    above = list(curve.sort_values("bytes")[["bytes", "best speedup"]].itertuples(index=False))
+    for i in range(1, len(above)):
+        if above[i - 1][1] > 1 >= above[i][1] and all(s <= 1 for _, s in above[i:] if not math.isnan(s)):
+            return int(above[i][0])
+    return None
+
+
+def figures(sweep: pd.DataFrame) -> str:
+    """Per swept (problem, W): time and speedup against bytes; inline SVG."""
+    plt = pyplot()
+    from matplotlib.ticker import FuncFormatter
+
+    parts = []
+    for n, ((pid, w), g) in enumerate(sweep.groupby(["problem", "W"], sort=True)):
+        fig, (t_ax, s_ax) = plt.subplots(1, 2, figsize=(10, 3.4))
+        _times(t_ax, g)
+        both = all(f"{mode} best us" in g for mode in MODES)
+        for model, m in g.groupby("model", sort=True):
+            m = m.sort_values("bytes")
+            line = s_ax.plot(m["bytes"], m["best speedup"], marker="o", markersize=3, label=model)[0]
+            if both:  # the same model's eager figure beside the graph one
+                s_ax.plot(m["bytes"], m["eager reference us"] / m["eager best us"], color=line.get_color(),
+                          linestyle="-.", linewidth=0.8, label=f"{model} (eager)")
+            where = crossover(m)
+            if where is not None:
+                s_ax.axvline(where, color=line.get_color(), linewidth=0.8, linestyle=":")
+        s_ax.axhline(1.0, color="#c62828", linewidth=1, linestyle="--")
+        s_ax.set_yscale("log")
+        s_ax.set_title("best speedup (dashed: the reference; dotted: crossover)", fontsize=9)
+        for ax in (t_ax, s_ax):
+            ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human_bytes(v)))
+            ax.set_xlabel("message bytes (one call's inputs, per rank)")
+            ax.grid(alpha=0.3)
+        s_ax.legend(fontsize=8, loc="best")
+        fig.suptitle(f"{pid}, W={w}", fontsize=10)
+        parts.append(f'<figure id="size-{pid}-w{w}">{svg(fig, f"size{n}")}</figure>')
+    return "".join(parts)
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:g} {unit}"
+        n /= 1024
+    return ""
+
+
+def _times(ax, g: pd.DataFrame) -> None:
+    """Reference (dashed) and best sample (solid) times, per timing mode where the rows have both."""
+    modes = [m for m in MODES if f"{m} reference us" in g and g[f"{m} reference us"].notna().any()]
+    series = [(f"{m} ", f"{m} reference us", f"{m} best us") for m in modes] or [("", "reference us", "best us")]
+    ref = g.groupby("bytes").first().reset_index()
+    for label, ref_col, _ in series:
+        ax.plot(ref["bytes"], ref[ref_col], linestyle="--", marker=".", label=f"{label}reference")
+    for model, m in g.groupby("model", sort=True):
+        m = m.sort_values("bytes")
+        for label, _, best_col in series:
+            ax.plot(m["bytes"], m[best_col], marker="o", markersize=3, label=f"{label}{model}")
+    ax.set_yscale("log")
+    ax.set_ylabel("microseconds per call")
+    ax.set_title("time: reference and best sample", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
