@@ -304,7 +304,7 @@ class PipelineRun:
         self.sink.close()
         self.bar.close()
         if self.metrics.skipped:
-            log.info("resume: %d (sample, world size) pairs already have a final result in %s", self.metrics.skipped,
+            log.info("resume: %d (sample, layout, size) evaluations already have a final result in %s", self.metrics.skipped,
                      self.results_dir)
 
 

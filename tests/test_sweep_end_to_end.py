@@ -88,7 +88,7 @@ def test_sweep_on_shipped_set(tmp_path):
     # the same sweep again into the same results folder: every sample is skipped, none is written twice
     again = sweep(tmp_path, tmp_path / "run2", f"results_dir={run_dir / 'results'}")
     assert again.returncode == 0, again.stderr[-3000:]
-    assert f"{len(shipped)} (sample, world size) pairs already have a final result" in again.stdout + again.stderr
+    assert f"{len(shipped)} (sample, layout, size) evaluations already have a final result" in again.stdout + again.stderr
     assert len(read_results(run_dir / "results")) == len(shipped) and "ALL" in again.stdout
 
 
@@ -187,3 +187,21 @@ def test_a_multirun_sweep_runs_each_combination_as_a_job_grouped_in_wandb(tmp_pa
         out = subprocess.run([sys.executable, str(REPO / "scripts/report.py"), *args, "--out", str(tmp_path / "page")],
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0 and out.stdout.startswith("4 results"), out.stderr[-2000:]
+
+
+def test_a_size_sweep_keys_rows_by_size_and_draws_them_against_bytes(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = sweep(tmp_path, run_dir, "problems.ids=[broadcast]", "eval.sizes=[small,{numel:8192}]",
+                 "eval.timing_mode=both", "eval.rounds=10")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    df = read_results(run_dir / "results")
+    # two shipped broadcast samples (a copy of the reference, one that crashes) x two sizes
+    assert len(df) == 4 and sorted(set(df["size"])) == ["numel=8192", "small"]
+    assert df.groupby("sample_key")["size"].nunique().eq(2).all()
+    assert dict(zip(df["size"], df["message_bytes"])) == {"small": 4096 * 4, "numel=8192": 8192 * 4}
+    correct = df[df["status"] == "correct"]
+    assert len(correct) == 2 and (correct["timing_mode"] == "eager").all()  # gloo: no graph to replay
+    assert correct["graph_error"].str.contains("CUDA graphs need a CUDA device").all()
+    assert (correct["eager_cand_time_us"] == correct["cand_time_us"]).all()
+    page = (run_dir / "report.html").read_text()
+    assert '<section id="sizes">' in page and 'id="size-broadcast-w2"' in page
