@@ -65,11 +65,14 @@ def _row(row: dict, pid: str, nbytes: int, world: int, r, wall_s: float) -> dict
          "ref_us": r.ref_time_us, "cand_us": r.cand_time_us, "speedup": r.speedup,
          "ref_busbw_gbps": busbw(r.ref_time_us), "cand_busbw_gbps": busbw(r.cand_time_us),
          "sol_us": r.sol_time_us, "sol_fraction": r.sol_fraction, "calls_per_round": r.calls_per_round, "eval_wall_s": round(wall_s, 2),
-         "message": r.message[-300:]}
+         "timing_mode": r.timing_mode, "graph_error": r.graph_error[-300:],
+         "eager_ref_us": r.eager_ref_time_us, "eager_cand_us": r.eager_cand_time_us,
+         "graph_ref_us": r.graph_ref_time_us, "graph_cand_us": r.graph_cand_time_us,
+         "timing_s": r.phase_seconds.get("timing"), "message": r.message[-300:]}
     print(f"{x['kernel']:42s} {nbytes:>11d} B {x['status']:13s} ref={x['ref_us'] or 0:9.1f}us "
           f"cand={x['cand_us'] or 0:9.1f}us speedup={x['speedup'] or 0:5.2f} "
           f"busbw ref={x['ref_busbw_gbps'] or 0:6.1f} cand={x['cand_busbw_gbps'] or 0:6.1f} GB/s "
-          f"sol={x['sol_fraction'] or 0:.2f} ({wall_s:.1f} s)", flush=True)
+          f"sol={x['sol_fraction'] or 0:.2f} {x['timing_mode'] or '-'} ({wall_s:.1f} s)", flush=True)
     return x
 
 
@@ -115,6 +118,10 @@ def main() -> int:
     ap.add_argument("--only", help="comma-separated kernel files (problem/file.py) to run")
     ap.add_argument("--prewarm", type=int, default=None, help="rank sets started ahead (default: 2 on GPU, 0 on CPU)")
     ap.add_argument("--timeout", type=float, default=60.0, help="per evaluation, seconds")
+    ap.add_argument("--timing-mode", choices=("eager", "graph", "both"), default="eager",
+                    help="eval.timing_mode: graph replays each side's calls from a CUDA graph")
+    ap.add_argument("--copies", action="store_true", help="also time each problem's reference, copied verbatim, "
+                                                          "as a candidate (it should time at 1.00)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     w = args.world_size
@@ -124,6 +131,10 @@ def main() -> int:
             if "numel" in problems[r["problem_id"]].meta.sizes["default"] or r["problem_id"] == "all_to_all"]
     if args.only:
         rows = [r for r in rows if r["metadata"]["file"] in args.only.split(",")]
+    if args.copies:
+        rows += [{"problem_id": pid, "model": "copies", "sample_index": 0, "source": problems[pid].source(),
+                  "backend": "torch", "metadata": {"file": f"{pid}/reference_copy"}}
+                 for pid in sorted({r["problem_id"] for r in rows})]
     devices = [f"cuda:{i}" for i in range(w)] if args.device == "cuda" else ["cpu"] * w
     profile = args.hardware or ("h200_2" if args.device == "cuda" else "cpu_gloo")
     hw = hardware_profile(profile).model_copy(update={"world_sizes": [w], "gpus_per_node": w})
@@ -140,6 +151,7 @@ def main() -> int:
     def save() -> None:  # after every size too: a run cut short keeps what it measured
         if args.out:
             args.out.write_text(json.dumps({"device": args.device, "world_size": w, "dtype": args.dtype,
+                                            "timing_mode": args.timing_mode,
                                             "hardware": hw.model_dump(), "rows": report}, indent=2) + "\n")
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -150,7 +162,7 @@ def main() -> int:
                 count = sum(r["problem_id"] == pid for r in rows)
                 cfg = EvalConfig(trials=2, timing_sets=2, warmup=5, rounds=args.rounds, size=knobs,
                                  dtype=args.dtype, timeout_s=args.timeout, prewarm=min(args.prewarm, count),
-                                 max_round_calls=1 if args.device == "cpu" else 500)
+                                 max_round_calls=1 if args.device == "cpu" else 500, timing_mode=args.timing_mode)
                 harness = Harness(devices, cfg, hw, problems, work_dir=Path(tmp) / "work", cache_dir=Path(tmp) / "cache")
                 try:
                     for row in (r for r in rows if r["problem_id"] == pid):

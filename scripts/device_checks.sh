@@ -12,6 +12,10 @@
 #   problems  tests/test_problems_on_gpu.py  every problem's reference with NCCL against its oracle
 #   bench     scripts/bench_kernels.py       expert kernels vs NCCL, 4 KiB..256 MiB  -> $OUT/kernels.json
 #   baselines python -m pkb_ray.baselines    every reference at its default size     -> $OUT/baselines/h200_2.json
+#   latency   scripts/measure_link_latency.py  one-way GPU-to-GPU step (ping-pong)      -> $OUT/latency.json
+#   graph     tests/test_graph_on_gpu.py     graph timing mode: captures, fallbacks, the expert kernel
+#   graph_bench scripts/bench_kernels.py --timing-mode both --copies: kernels and reference copies,
+#             eager and graph, 4 KiB..256 MiB (KERNELS=problem/file.py,... limits it) -> $OUT/kernels_graph.json
 # On a 4- or 8-GPU machine (issue 10), with W=4 or W=8 (kind nvidia-h200-x4 / -x8):
 #   scale_problems   every reference at W against its oracle, float32 and bfloat16
 #   scale_bench      expert kernels vs NCCL at W, bfloat16, 4 KiB..256 MiB      -> $OUT/kernels_w$W.json
@@ -37,6 +41,11 @@ for step in $STEPS; do
     kernels)   timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_on_gpu.py 2>&1 | tail -40 ;;
     problems)  timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_problems_on_gpu.py 2>&1 | tail -40 ;;
     bench)     timeout 420 python3 scripts/bench_kernels.py --device cuda --timeout 30 --out "$OUT/kernels.json" 2>&1 | grep -v Warning ;;
+    latency)   timeout 120 torchrun --standalone --nproc_per_node=2 scripts/measure_link_latency.py \
+                 --out "$OUT/latency.json" 2>&1 | tail -30 ;;
+    graph)     timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_graph_on_gpu.py 2>&1 | tail -40 ;;
+    graph_bench) timeout 540 python3 scripts/bench_kernels.py --device cuda --timing-mode both --copies --timeout 40 \
+                 ${KERNELS:+--only "$KERNELS"} --out "$OUT/kernels_graph.json" 2>&1 | grep -v Warning ;;
     baselines) timeout 540 python3 -m pkb_ray.baselines hardware=h200_2 $SHORT "${ONLY[@]}" \
                  "baselines_dir=$OUT/baselines" hydra.run.dir=/tmp/baselines_run 2>&1 | tail -70 ;;
     nodes)     timeout 540 python3 scripts/emulate_nodes.py --nodes 2 --gpus-per-node 1 hardware=h200_2x1_socket \

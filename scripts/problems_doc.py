@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pkb_ray import baselines  # noqa: E402
-from pkb_ray.problem import Problem, load_problems, sol_time_us  # noqa: E402
+from pkb_ray.problem import DTYPES, Problem, load_problems, sol_time_us  # noqa: E402
 from pkb_ray.selection import hardware_profile  # noqa: E402
 
 OUT = REPO / "docs" / "problems.md"
@@ -60,12 +60,16 @@ def render() -> str:
         " and compute, at the problem's default size and first dtype, with the bandwidths of `conf/hardware/`"
         f" (NVLink {hw2.link_gbps:g} GB/s per direction, HBM {hw2.hbm_gbps / 1000:g} TB/s; dense compute, TFLOPS: "
         + ", ".join(f"{d} {t:g}" for d, t in hw2.tflops_by_dtype.items())
-        + ", float32 being 3xTF32). Reference: the problem's PyTorch + NCCL code measured on 2 x H200 by"
+        + ", float32 being 3xTF32), plus the link latency once per dependent step of communication (steps:"
+        " exchanges that must wait for the one before; "
+        + (f"{hw2.link_latency_us:g} us a step on 2 x H200" if hw2.link_latency_us else
+           "the latency is not measured yet, so it adds 0")
+        + "). Reference: the problem's PyTorch + NCCL code measured on 2 x H200 by"
         " `python -m pkb_ray.baselines` (\"-\": not measured yet).",
         "",
-        "| id | name | category | models | W | default size | SOL us, W=2 | SOL us, W=8 | reference us, 2 x H200 "
-        "| reference / SOL |",
-        "| --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: |",
+        "| id | name | category | models | W | default size | steps | SOL us, W=2 | SOL us, W=8 "
+        "| reference us, 2 x H200 | reference / SOL |",
+        "| --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for pid, p in sorted(problems.items(), key=lambda kv: (kv[1].meta.category, kv[0])):
         label, knobs = p.size("default")
@@ -75,8 +79,10 @@ def render() -> str:
         ref = measured.get((pid, 2, label)) or {}
         knob_text = ", ".join(f"{k}={v}" for k, v in knobs.items())
         fraction = f"{ref['sol_fraction']:.2f}" if ref.get("sol_fraction") else "-"
+        steps = p.speed_of_light(knobs, 2, DTYPES[dtype]).dependent_steps if p.meta.world_sizes.supports(2) else "-"
         lines.append(f"| `{pid}` | {p.meta.name} | {p.meta.category} | {models(p)} | {world_sizes(p)} | "
-                     f"{knob_text} | {_us(sol[2])} | {_us(sol[8])} | {_us(ref.get('ref_time_us'))} | {fraction} |")
+                     f"{knob_text} | {steps} | {_us(sol[2])} | {_us(sol[8])} | {_us(ref.get('ref_time_us'))} | "
+                     f"{fraction} |")
     return "\n".join(lines) + "\n"
 
 

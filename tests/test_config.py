@@ -124,6 +124,25 @@ def test_speed_of_light_bounds_flops_by_the_peak_of_the_problem_dtype(problems):
     assert sol_time_us(p, knobs, 2, "float32", flat) < sol_time_us(p, knobs, 2, "float32", hw) / 3
 
 
+def test_speed_of_light_adds_the_link_latency_once_per_dependent_step(problems):
+    from pkb_ray.problem import sol_time_us
+
+    hw = validate_config(composed("hardware=h200_2")).hardware
+    slow = hw.model_copy(update={"link_latency_us": 2.0, "network_latency_us": 5.0})
+
+    def added(pid, world=2, nodes=1):
+        p = problems[pid]
+        knobs = p.meta.sizes["default"]
+        return sol_time_us(p, knobs, world, p.meta.dtypes[0], slow, nodes=nodes) - \
+            sol_time_us(p, knobs, world, p.meta.dtypes[0], hw, nodes=nodes)
+
+    assert added("all_reduce") == pytest.approx(2.0)  # one exchange
+    assert added("heat_equation_halo_1d") == pytest.approx(2.0)  # one wide halo, however many time steps
+    assert added("sample_sort") == pytest.approx(4.0) and added("moe_ep_forward_many_experts") == pytest.approx(4.0)
+    assert added("all_reduce", world=4, nodes=2) == pytest.approx(5.0)  # a step waits for the slower link
+    assert sol_time_us(problems["all_reduce"], {"numel": 4}, 1, "float32", slow) < 1.0  # alone: no step
+
+
 def test_an_isolation_level_that_cannot_be_had_fails_at_start_naming_the_key(monkeypatch):
     from pkb_ray import sandbox
     from pkb_ray.cluster import announce_isolation
