@@ -281,5 +281,6 @@ class Harness:
                     ref_time_us=ref_t, cand_time_us=cand_t, speedup=speedup(ref_t, cand_t),
                     sol_time_us=sol_us, sol_fraction=sol_us / cand_t if sol_us and cand_t > 0 else None,
                     sol_source=("traced" if traffic else "model") if sol_us else "",
-                    timed_seconds=timing.seconds, calls_per_round=timing.k, timing_mode=mode,
+                    timed_seconds=timing.seconds, timing_mode=mode,
+                    calls_per_round=timing.k_graph if mode == TimingMode.GRAPH else timing.k,
                     graph_error=timing.graph_error, **both)

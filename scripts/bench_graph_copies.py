@@ -1,0 +1,75 @@
+"""A copy of a problem's reference, timed against the reference over message sizes, eager and as
+CUDA-graph replays (eval.timing_mode): the convention's accuracy (a copy must time at 1.00) and
+what each mode costs per sample.
+
+    python3 scripts/bench_graph_copies.py --out copies.json                       # all GPUs (at most 2)
+    python3 scripts/bench_graph_copies.py --world-size 1 --modes graph --sizes 10,18,26 --out ...
+
+Through the harness without Ray or problem validation (so W=1 runs on a one-GPU machine: NCCL on
+one rank still launches and captures its kernels). Sizes are powers of two of elements
+(float32: 2^10 = 4 KiB); each size is evaluated ``--reps`` times on one harness (the first also
+computes the reference outputs). Per evaluation: the reference's and the copy's time, speedup,
+calls per region, and the seconds of the timing step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pkb_ray.config import EvalConfig, HardwareConfig  # noqa: E402
+from pkb_ray.harness import Harness  # noqa: E402
+from pkb_ray.problem import load_problems  # noqa: E402
+from pkb_ray.schema import Sample  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--problem", default="all_reduce")
+    ap.add_argument("--world-size", type=int, default=min(2, torch.cuda.device_count()))
+    ap.add_argument("--modes", default="eager,graph")
+    ap.add_argument("--sizes", default="10,12,14,16,18,20,22,24,26", help="log2 of elements per rank")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    problems = load_problems()
+    w = args.world_size
+    hw = HardwareConfig(name=f"h200_{w}", device="cuda", world_sizes=[w], gpus_per_node=w)
+    source = problems[args.problem].source()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in args.modes.split(","):
+            for p in (int(x) for x in args.sizes.split(",")):
+                cfg = EvalConfig(trials=2, timing_sets=2, warmup=5, rounds=args.rounds, size={"numel": 1 << p},
+                                 timeout_s=60, prewarm=1, max_round_calls=500, timing_mode=mode)
+                h = Harness([f"cuda:{i}" for i in range(w)], cfg, hw, problems, work_dir=Path(tmp) / f"{mode}{p}",
+                            cache_dir=Path(tmp) / "cache")
+                try:
+                    for rep in range(args.reps):
+                        t0 = time.perf_counter()
+                        r = h.evaluate(Sample(problem_id=args.problem, model="copies", sample_index=rep, source=source))
+                        rows.append(dict(mode=mode, bytes=4 << p, rep=rep, status=r.status.value,
+                                         timing_mode=r.timing_mode, graph_error=r.graph_error[-200:],
+                                         ref_us=r.ref_time_us, cand_us=r.cand_time_us, speedup=r.speedup,
+                                         k=r.calls_per_round, timing_s=r.phase_seconds.get("timing"),
+                                         eval_s=round(time.perf_counter() - t0, 2)))
+                        print(json.dumps(rows[-1]), flush=True)
+                finally:
+                    h.close()
+    if args.out:
+        args.out.write_text(json.dumps({"world_size": w, "gpu": torch.cuda.get_device_name(0),
+                                        "torch": torch.__version__, "rows": rows}, indent=1) + "\n")
+    return 0 if all(r["status"] == "correct" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
