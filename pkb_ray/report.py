@@ -428,6 +428,22 @@ def run_table(df: pd.DataFrame, run_info: dict | None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["what", "value"])
 
 
+def optional_sections(spread, df: pd.DataFrame, rounds) -> dict[str, tuple[str, pd.DataFrame, str]]:
+    """The sections a run has only sometimes: key -> (heading, table, figures above it)."""
+    found = {}
+    if spread is not None:
+        found["nodes"] = ("Across nodes", spread, "")
+    both = verdicts(df)
+    if both is not None:
+        found["verdicts"] = ("PKB's verdict beside pkb_ray's", both, "")
+    if rounds is not None:
+        found["refinement"] = ("After each refinement round", rounds, "")
+    sizes = size_sweeps.table(df)
+    if sizes is not None:
+        found["sizes"] = ("Against message size", sizes, size_sweeps.figures(sizes))
+    return found
+
+
 def build(df: pd.DataFrame, title: str = "pkb_ray report", run_info: dict | None = None) -> tuple[str, str]:
     """(HTML page, Markdown summary) of result rows. With refinement rounds, every section counts
     each sample's latest version, and a section shows pass@1 and fast_1.0@1 after each round."""
@@ -451,20 +467,10 @@ def build(df: pd.DataFrame, title: str = "pkb_ray report", run_info: dict | None
     blocks["samples"] = sample_blocks(df)
     blocks["run"] = html_table(run_table(df, run_info))
     sections = dict(SECTIONS)
-    if spread is not None:
-        sections["nodes"] = "Across nodes"
-        blocks["nodes"] = html_table(spread)
-    both = verdicts(df)
-    if both is not None:
-        sections["verdicts"] = "PKB's verdict beside pkb_ray's"
-        blocks["verdicts"] = html_table(both)
-    if rounds is not None:
-        sections["refinement"] = "After each refinement round"
-        blocks["refinement"] = html_table(rounds)
-    sizes = size_sweeps.table(df)
-    if sizes is not None:
-        sections["sizes"] = "Against message size"
-        blocks["sizes"] = size_sweeps.figures(sizes) + html_table(sizes)
+    extra = optional_sections(spread, df, rounds)
+    for key, (heading, frame, figures) in extra.items():
+        sections[key] = heading
+        blocks[key] = figures + html_table(frame)
     nav = "".join(f'<a href="#{k}">{v}</a>' for k, v in sections.items())
     body = "".join(f'<section id="{k}"><h2>{sections[k]}</h2><p class="note">{html.escape(NOTES[k])}</p>'
                    f'{blocks[k]}</section>' for k in sections)
@@ -484,11 +490,8 @@ def build(df: pd.DataFrame, title: str = "pkb_ray report", run_info: dict | None
         f"## {SECTIONS['grid']}", "", NOTES["grid"], "", markdown_table(grid(df)),
         f"## {SECTIONS['samples']}", "", "Each result's message, per-rank times and source are in report.html.", "",
         f"## {SECTIONS['run']}", "", NOTES["run"], "", markdown_table(run_table(df, run_info)),
-    ] + ([f"## {sections['nodes']}", "", NOTES["nodes"], "", markdown_table(spread)] if spread is not None else [])
-      + ([f"## {sections['verdicts']}", "", NOTES["verdicts"], "", markdown_table(both)] if both is not None else [])
-      + ([f"## {sections['refinement']}", "", NOTES["refinement"], "", markdown_table(rounds)]
-         if rounds is not None else [])
-      + ([f"## {sections['sizes']}", "", NOTES["sizes"], "", markdown_table(sizes)] if sizes is not None else []))
+    ] + [line for key, (heading, frame, _) in extra.items()
+         for line in (f"## {heading}", "", NOTES[key], "", markdown_table(frame))])
     return page, md
 
 

@@ -1,13 +1,11 @@
 """Generation against a real HTTP server on loopback that speaks chat-completions (tests/fake_endpoint.py):
 retries, malformed replies, replies without code, limits, the prompt, and a sweep with two refinement rounds."""
 
-import json
 import os
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
