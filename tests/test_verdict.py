@@ -80,6 +80,24 @@ def test_a_slow_candidate_may_leave_a_little_more_work_outside_its_calls():
     assert found is not None and "times forged" in found.message
 
 
+def test_few_rounds_widen_the_noise_allowance_but_still_catch_a_forger():
+    # 5 rounds of an honest copy on a loaded machine: unexplained times jitter by milliseconds
+    # (the W=4 all-to-all copy that was judged forged: 2.1 ms extra, 1.7 ms allowed)
+    cand_extra = [2100.0, 300.0, 3900.0, -1200.0, 2600.0]
+    regions = []
+    for extra in cand_extra:
+        regions.append(Region("ref", 1, 3000.0 + 5000.0, {0: {"us": 3000.0}}))
+        regions.append(Region("cand", 1, 3000.0 + 5000.0 + extra, {0: {"us": 3000.0}}))
+    assert forged_time(regions) is None
+    # 5 such rounds of 20 ms calls by a candidate reporting 1/50 of its time: caught. (Hiding less
+    # than the noise of 5 rounds, e.g. 3 of 3 ms, is not: few rounds cannot tell it from jitter.)
+    forged = []
+    for extra in cand_extra:
+        forged.append(Region("ref", 1, 20000.0 + 5000.0, {0: {"us": 20000.0}}))
+        forged.append(Region("cand", 1, 20000.0 + 5000.0 + extra, {0: {"us": 400.0}}))
+    assert "times forged" in forged_time(forged).message
+
+
 def test_a_report_without_a_usable_time_is_tampering():
     regions = _regions(10.0, 10.0, 100.0, 100.0)
     regions[1].reports[1] = {"us": "fast"}

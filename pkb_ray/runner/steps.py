@@ -70,6 +70,7 @@ def _watched() -> dict[str, Any]:
             "pkb_ray.runner.tensor_io.write": tensor_io.write, "pkb_ray.runner.tensor_io._host_bytes": tensor_io._host_bytes,
             "pkb_ray.runner.steps.timed_region": sys.modules[__name__].timed_region,
             "pkb_ray.timing.timed_replay": timing.timed_replay,
+            "torch.cuda.CUDAGraph.replay": torch.cuda.CUDAGraph.replay,
             "pkb_ray.runner.steps.timed_replay": sys.modules[__name__].timed_replay,
             "pkb_ray.runner.steps.fingerprint": sys.modules[__name__].fingerprint,
             "pkb_ray.runner.steps.fingerprints": sys.modules[__name__].fingerprints,
