@@ -115,15 +115,6 @@ class EvalConfig(_Strict):
                              "reason in graph_error); both: both, the graph's times first where it captured")
     dtype: str | None = Field(None, description="None: each problem's first dtype")
     seed: int = Field(0, ge=0)
-
-    @field_validator("sizes", mode="before")
-    @classmethod
-    def _one_size_is_a_list(cls, value: Any) -> Any:
-        return [value] if isinstance(value, (str, dict)) else value
-
-    def size_specs(self) -> list[str | dict[str, int]]:
-        """The sizes each sample is evaluated at."""
-        return list(self.sizes) if self.sizes else [self.size]
     isolation: Literal["sandbox", "none"] = Field(
         "sandbox", description="sandbox: each sample's ranks share a bubblewrap sandbox (no credentials, read-only "
                                "files, private scratch, own PID namespace, limits); none: plain processes, for "
@@ -136,6 +127,15 @@ class EvalConfig(_Strict):
     tolerances: Annotated[dict[str, dict[str, ToleranceOverride]], NULL_IS_EMPTY] = Field(
         default_factory=dict, description="problem id (or ALL) -> dtype -> {atol, rtol}: replaces the "
                                           "problem's own tolerance, e.g. {all_reduce: {bfloat16: {atol: 0.05, rtol: 0.05}}}")
+
+    @field_validator("sizes", mode="before")
+    @classmethod
+    def _one_size_is_a_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, (str, dict)) else value
+
+    def size_specs(self) -> list[str | dict[str, int]]:
+        """The sizes each sample is evaluated at."""
+        return list(self.sizes) if self.sizes else [self.size]
 
     def tolerance_override(self, problem_id: str, dtype: str) -> ToleranceOverride | None:
         return self.tolerances.get(problem_id, {}).get(dtype) or self.tolerances.get(ALL_PROBLEMS, {}).get(dtype)

@@ -118,8 +118,12 @@ def where_for(config: SweepConfig, problems: dict[str, Problem], problem_id: Any
         labels = specs
     dtype = config.eval.dtype or (problem.meta.dtypes[0] if problem is not None else "")
     return [Where(layout, hardware=config.hardware.name, device_backend=config.hardware.backend,
-                  size=label if isinstance(label, str) else ",".join(f"{k}={v}" for k, v in sorted(dict(label).items())),
-                  dtype=dtype) for label in labels]
+                  size=_size_label(label), dtype=dtype) for label in labels]
+
+
+def _size_label(spec: Any) -> str:
+    """A size as result rows name it, for sizes no problem resolved (an unknown problem)."""
+    return spec if isinstance(spec, str) else ",".join(f"{k}={v}" for k, v in sorted(dict(spec).items()))
 
 
 @dataclass(frozen=True)
@@ -304,8 +308,8 @@ class PipelineRun:
         self.sink.close()
         self.bar.close()
         if self.metrics.skipped:
-            log.info("resume: %d (sample, layout, size) evaluations already have a final result in %s", self.metrics.skipped,
-                     self.results_dir)
+            log.info("resume: %d (sample, layout, size) evaluations already have a final result in %s",
+                     self.metrics.skipped, self.results_dir)
 
 
 def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str, Problem], results_dir: Path,

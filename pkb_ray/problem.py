@@ -138,8 +138,8 @@ class Traffic:
     interconnect_bytes: float = 0.0  # bytes it must send or receive over the GPU interconnect
     flops: float = 0.0
     hbm_bytes: float = 0.0  # bytes it must read or write in its own memory
-    # rounds of communication that cannot overlap (each waits for the one before): 1 for a single
-    # exchange, ``steps`` for a solver's time steps; 0 without communication
+    # rounds of communication that cannot overlap (each waits for the one before), the fewest any
+    # algorithm needs: 1 for a single exchange, 2 when a second needs the first's result
     steps: int | None = None  # None: 1 if it moves interconnect bytes, else 0
 
     @property

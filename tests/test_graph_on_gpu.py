@@ -60,12 +60,16 @@ def _sample(source: str, index: int = 0) -> Sample:
     return Sample(problem_id="all_reduce", model="m", sample_index=index, source=source)
 
 
-def test_nccl_reference_and_its_copy_capture_and_time_alike(problems, tmp_path):
-    h = _harness(problems, tmp_path, "both")
+def _evaluate(problems, tmp_path: Path, mode: str, sample, **size):
+    h = _harness(problems, tmp_path, mode, **size)
     try:
-        r = h.evaluate(_sample(problems["all_reduce"].source()))
+        return h.evaluate(sample)
     finally:
         h.close()
+
+
+def test_nccl_reference_and_its_copy_capture_and_time_alike(problems, tmp_path):
+    r = _evaluate(problems, tmp_path, "both", _sample(problems["all_reduce"].source()))
     assert r.status == Status.CORRECT, r.message
     assert r.timing_mode == "graph" and r.graph_error == "", r.graph_error
     assert r.graph_cand_time_us == r.cand_time_us and r.eager_cand_time_us > 0
@@ -73,22 +77,14 @@ def test_nccl_reference_and_its_copy_capture_and_time_alike(problems, tmp_path):
 
 
 def test_a_sample_that_syncs_the_host_falls_back_to_eager_with_the_reason(problems, tmp_path):
-    h = _harness(problems, tmp_path, "graph")
-    try:
-        r = h.evaluate(_sample(SYNCS_THE_HOST))
-    finally:
-        h.close()
+    r = _evaluate(problems, tmp_path, "graph", _sample(SYNCS_THE_HOST))
     assert r.status == Status.CORRECT, r.message
     assert r.timing_mode == "eager" and "candidate not captured" in r.graph_error, r.graph_error
     assert r.cand_time_us > 0
 
 
 def test_a_stale_answer_is_caught_in_graph_mode_too(problems, tmp_path):
-    h = _harness(problems, tmp_path, "graph")
-    try:
-        r = h.evaluate(_sample(STALE))
-    finally:
-        h.close()
+    r = _evaluate(problems, tmp_path, "graph", _sample(STALE))
     assert r.status == Status.WRONG_OUTPUT, (r.status, r.message)
 
 
@@ -98,11 +94,7 @@ def test_the_expert_all_reduce_captures_its_symmetric_memory_kernel(problems, tm
                if r["metadata"]["file"].endswith("03_cuda_one_or_two_shot.py"))
     sample = prepare_here(row, problems, W, build_settings("sm_90a", tmp_path / "cache", 300))
     assert isinstance(sample, Sample), sample.message
-    h = _harness(problems, tmp_path, "both", numel=1 << 14)
-    try:
-        r = h.evaluate(sample)
-    finally:
-        h.close()
+    r = _evaluate(problems, tmp_path, "both", sample, numel=1 << 14)
     assert r.status == Status.CORRECT, r.message
     assert r.timing_mode == "graph" and r.graph_error == "", r.graph_error
     assert r.graph_cand_time_us > 0 and r.eager_cand_time_us > 0

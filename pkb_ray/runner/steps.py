@@ -104,7 +104,8 @@ class RankSession:
         self.dtype_name = cmd["dtype"]
         self.size = cmd["size"]
         step = {Step.REFERENCE: self.reference, Step.TRIALS: self.trials, Step.REGION: self.region,
-                Step.KEEP: self.keep, Step.CAPTURE: self.capture, Step.CHECK_TRIALS: self.check_trials, Step.CHECK_TIMED: self.check_timed}[cmd["step"]]
+                Step.KEEP: self.keep, Step.CAPTURE: self.capture, Step.CHECK_TRIALS: self.check_trials,
+                Step.CHECK_TIMED: self.check_timed}[cmd["step"]]
         report = step(cmd)
         if self.candidate is not None:
             report["tampered"] = [name for name, fn in _watched().items() if fn is not self._originals[name]]
