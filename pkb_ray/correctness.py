@@ -9,6 +9,7 @@ an input only where the reference changes it the same way.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,7 +198,11 @@ def fingerprints(values: list[Any]) -> list[list[str]]:
         for t in _tensors(value):
             labels[-1].append(f"{str(t.dtype).removeprefix('torch.')}:{tuple(t.shape)}")
             sums.append(_byte_sum(t))
-    totals = torch.stack(sums).tolist() if sums else []
+    totals = [0] * len(sums)
+    for device in {t.device for t in sums}:  # one transfer per device the outputs live on
+        at = [n for n, t in enumerate(sums) if t.device == device]
+        for n, total in zip(at, torch.stack([sums[n] for n in at]).tolist()):
+            totals[n] = total
     it = iter(totals)
     return [[f"{label}:{next(it)}" for label in group] for group in labels]
 
@@ -210,12 +215,12 @@ def _byte_sum(t: torch.Tensor) -> torch.Tensor:
         flat = torch.view_as_real(flat).reshape(-1)
     raw = flat.view(torch.uint8)
     if raw.numel() == 0:
-        return torch.zeros((), dtype=torch.int64, device="cpu")
+        return torch.zeros((), dtype=torch.int64, device=t.device)
     for word in (torch.int64, torch.int32, torch.int16):
         if raw.numel() % word.itemsize == 0 and flat.element_size() >= word.itemsize:
             raw = raw.view(word)
             break
-    return raw.to(torch.int64).sum().cpu()
+    return raw.to(torch.int64).sum()
 
 
 def output_devices(value: Any) -> list[str]:
@@ -229,22 +234,49 @@ def aliases(outputs: Any, inputs: Any, earlier: list[Any] = ()) -> list[str]:
     Compared by storage address, the same way on CPU and GPU. Whether sharing with an input is
     allowed is the reference's call (an in-place reference returns its input); sharing with an
     earlier output is never right: that output then changes under the caller's feet."""
-    def spans(value):
-        return [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in _tensors(value)
-                if t.untyped_storage().nbytes() > 0]
-
-    def overlaps(span, others):
-        start, size = span
-        return any(start < o_start + o_size and o_start < start + size for o_start, o_size in others)
-
     found = []
-    ins, olds = spans(inputs), [s for e in earlier for s in spans(e)]
-    for i, span in enumerate(spans(outputs)):
-        if overlaps(span, ins):
+    ins, olds = _spans(inputs), [s for e in earlier for s in _spans(e)]
+    for i, span in enumerate(_spans(outputs)):
+        if _overlaps(span, ins):
             found.append(f"output {i} shares memory with an input")
-        elif overlaps(span, olds):
+        elif _overlaps(span, olds):
             found.append(f"output {i} shares memory with an earlier call's output")
     return found
+
+
+def region_aliases(outputs: list[Any], inputs: list[Any]) -> list[str]:
+    """:func:`aliases` of every call of a region, each call's outputs against its own inputs and
+    every earlier call's outputs, with one sweep over the outputs' sorted storage spans instead of
+    comparing each call with all earlier ones (a region holds hundreds of calls)."""
+    spans = [_spans(out) for out in outputs]
+    after_earlier = set()  # (call, output index) overlapping an earlier call's output
+    open_spans: list[tuple[int, int, int]] = []  # (end, call, index) of spans begun before, by end
+    for start, end, n, i in sorted((s, s + size, n, i) for n, sp in enumerate(spans) for i, (s, size) in enumerate(sp)):
+        while open_spans and open_spans[0][0] <= start:
+            heapq.heappop(open_spans)
+        for _, m, j in open_spans:  # every open span overlaps this one
+            if m != n:
+                after_earlier.add((n, i) if m < n else (m, j))
+        heapq.heappush(open_spans, (end, n, i))
+    found = set()
+    for n, sp in enumerate(spans):
+        ins = _spans(inputs[n])
+        for i, span in enumerate(sp):
+            if _overlaps(span, ins):
+                found.add(f"output {i} shares memory with an input")
+            elif (n, i) in after_earlier:
+                found.add(f"output {i} shares memory with an earlier call's output")
+    return sorted(found)
+
+
+def _spans(value: Any) -> list[tuple[int, int]]:
+    return [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in _tensors(value)
+            if t.untyped_storage().nbytes() > 0]
+
+
+def _overlaps(span: tuple[int, int], others: list[tuple[int, int]]) -> bool:
+    start, size = span
+    return any(start < o_start + o_size and o_start < start + size for o_start, o_size in others)
 
 
 def structure(value: Any) -> list[list]:

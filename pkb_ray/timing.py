@@ -98,38 +98,66 @@ def call_seed(nonce: int, n: int) -> int:
 FRESH_SPREAD = 1.0 / 16  # the largest relative change fresh_inputs makes to an element
 
 
+# Elements moved in one batched pass, per device type: bounds its int64 temporaries. Smaller on CPU,
+# where a large temporary is a fresh allocation that page-faults (~3x slower at 64K elements a call).
+FRESH_BATCH_ELEMENTS = {"cuda": 1 << 22, "cpu": 1 << 18}
+
+
 def fresh_inputs(base: tuple, nonce: int, n: int) -> tuple | None:
     """Inputs of call ``n`` of the region with ``nonce``, made from ``base``: every floating-point
     tensor (in tuples and lists too) copied with each element x -> x * (1 + FRESH_SPREAD * h),
     h in [-1, 1) a hash of (x's bits, nonce, n). None when ``base`` holds no floating-point tensor
     (the caller then draws a new set instead)."""
-    key = call_seed(nonce, n) & 0xFFFFFFFF
+    calls = fresh_calls(base, nonce, [n])
+    return None if calls is None else calls[0]
+
+
+def fresh_calls(base: tuple, nonce: int, ns: list[int], own: bool = True) -> list[tuple] | None:
+    """``fresh_inputs(base, nonce, n)`` for every n in ``ns``, equal element for element, made in
+    batched passes: a handful of kernel launches per tensor for all the calls together, not per
+    call (at small sizes a region's inputs cost launches, not bandwidth). With ``own`` every call
+    gets buffers of its own; without, the calls may share memory (only to copy from)."""
+    if not ns:
+        return []
+    keys = torch.tensor([call_seed(nonce, n) & 0xFFFFFFFF for n in ns], dtype=torch.int64)
     found = []
 
-    def fresh(value):
+    def fresh(value) -> list:  # the value of each call
         if isinstance(value, torch.Tensor) and value.is_floating_point():
             found.append(True)
-            return _moved(value, key)
+            return _moved_rows(value, keys, own)
         if isinstance(value, (tuple, list)):
-            return type(value)(fresh(v) for v in value)
-        if isinstance(value, torch.Tensor):
-            return value.clone()  # a buffer of its own: memoising by address gains nothing either
-        return value
+            items = [fresh(v) for v in value]
+            return [type(value)(item[i] for item in items) for i in range(len(ns))]
+        if isinstance(value, torch.Tensor):  # a buffer of its own: memoising by address gains nothing
+            return [value.clone() for _ in ns] if own else [value] * len(ns)
+        return [value] * len(ns)
 
-    out = tuple(fresh(v) for v in base)
-    return out if found else None
+    args = [fresh(v) for v in base]
+    return [tuple(arg[i] for arg in args) for i in range(len(ns))] if found else None
 
 
-def _moved(x: torch.Tensor, key: int) -> torch.Tensor:
+def _moved_rows(x: torch.Tensor, keys: torch.Tensor, own: bool) -> list[torch.Tensor]:
+    """x moved once per key (see :func:`fresh_inputs`), in batches of at most FRESH_BATCH_ELEMENTS
+    elements; with ``own`` a row that shares its batch is copied out of it."""
     word = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}[x.element_size()]
-    bits = x.detach().contiguous().view(word).to(torch.int64) & 0xFFFFFFFF
-    v = (bits * 0x9E3779B1 + key) & 0xFFFFFFFF  # a 32-bit mix (murmur3's finaliser): products stay below 2**63
-    v = v ^ (v >> 16)
-    v = (v * 0x85EBCA6B) & 0xFFFFFFFF
-    v = v ^ (v >> 13)
-    h = v.to(torch.float32) * (2.0 / 2**32) - 1.0
+    bits = x.detach().contiguous().view(word).reshape(1, -1).to(torch.int64) & 0xFFFFFFFF
+    mixed = bits * 0x9E3779B1  # a 32-bit mix (murmur3's finaliser): products stay below 2**63
     wide = torch.float64 if x.dtype == torch.float64 else torch.float32
-    return (x.detach().to(wide) * (1.0 + FRESH_SPREAD * h.to(wide))).to(x.dtype).reshape(x.shape)
+    value = x.detach().reshape(1, -1).to(wide)
+    per_pass = max(1, FRESH_BATCH_ELEMENTS.get(x.device.type, 1 << 18) // max(1, x.numel()))
+    rows = []
+    for i in range(0, len(keys), per_pass):
+        v = (mixed + keys[i:i + per_pass].to(x.device).reshape(-1, 1)) & 0xFFFFFFFF
+        v = v ^ (v >> 16)
+        v = (v * 0x85EBCA6B) & 0xFFFFFFFF
+        v = v ^ (v >> 13)
+        h = v.to(torch.float32) * (2.0 / 2**32) - 1.0
+        moved = (value * (1.0 + FRESH_SPREAD * h.to(wide))).to(x.dtype).reshape(-1, *x.shape).unbind(0)
+        if own and len(moved) > 1:
+            moved = [r.clone() for r in moved]
+        rows.extend(moved)
+    return rows
 
 
 def calls_per_round(slowest_us_per_call: float, round_us: float, max_calls: int) -> int:

@@ -86,3 +86,24 @@ def test_a_tolerance_override_is_used_by_the_check_and_the_timing_step(make_harn
     assert loose.tolerance(problems["all_reduce"], "float32").reason == "set by eval.tolerances"
     result = loose.evaluate(sample)  # an average is within 1e9 of the sum: correct, and timed
     assert result.status == Status.CORRECT and result.speedup
+
+
+def test_region_aliases_find_what_each_call_compared_alone_finds():
+    from pkb_ray.correctness import region_aliases
+
+    base = torch.zeros(64)
+    inputs = [(base[8 * n: 8 * n + 8],) for n in range(6)]  # all views of one storage
+    fresh = [(torch.ones(4), torch.ones(2)) for _ in range(6)]
+    cached = torch.ones(3)
+    cases = {
+        "honest": fresh,
+        "returns its input": [(inp[0],) for inp in inputs],
+        "a cached second output": [(torch.ones(4), cached) for _ in range(6)],
+        "same tensor twice in one call": [(t, t) for t in (torch.ones(2) for _ in range(6))],
+        "only the last call reuses": fresh[:5] + [(torch.ones(4), fresh[2][0])],
+    }
+    for name, outs in cases.items():
+        alone = sorted({a for n, out in enumerate(outs) for a in aliases(out, inputs[n], outs[:n])})
+        assert region_aliases(outs, inputs) == alone, name
+    assert region_aliases(cases["a cached second output"], inputs) == ["output 1 shares memory with an earlier call's output"]
+    assert region_aliases(cases["honest"], inputs) == []

@@ -109,6 +109,27 @@ def test_fresh_inputs_are_new_every_call_but_keep_ties_zeros_and_signs():
     assert fresh_inputs((idx,), nonce=11, n=0) is None  # nothing to move: the caller draws a new set
 
 
+def test_fresh_calls_batched_equal_each_call_made_alone(monkeypatch):
+    import torch
+
+    from pkb_ray import timing
+
+    x = (torch.randn(3, 50) * 100).to(torch.bfloat16)
+    base = (x, [torch.tensor(2.5), torch.arange(4)], "mode")
+    ns = list(range(1, 40, 3))
+    alone = [timing.fresh_inputs(base, nonce=5, n=n) for n in ns]
+    for per_pass_elements in (1 << 18, 400, 1):  # one pass, passes of 2 calls, one call a pass
+        monkeypatch.setitem(timing.FRESH_BATCH_ELEMENTS, "cpu", per_pass_elements)
+        for own in (True, False):
+            made = timing.fresh_calls(base, nonce=5, ns=ns, own=own)
+            for got, want in zip(made, alone, strict=True):
+                assert torch.equal(got[0], want[0]) and got[0].dtype == torch.bfloat16 and got[0].shape == (3, 50)
+                assert type(got[1]) is list and torch.equal(got[1][0], want[1][0]) and got[2] == "mode"
+            storages = {c[0].untyped_storage().data_ptr() for c in made}
+            assert len(storages) == len(ns) or not own  # own: every call its own buffers
+    assert timing.fresh_calls((torch.arange(3),), nonce=5, ns=[0, 1]) is None
+
+
 @pytest.mark.parametrize("mode", ["eager", "graph", "both"])
 def test_timing_mode_is_in_the_row_and_graphs_fall_back_to_eager_off_the_gpu(make_harness, problems, mode):
     # gloo ranks have no CUDA device to capture on: graph mode times both sides eager and says why

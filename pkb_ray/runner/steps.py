@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from pkb_ray import correctness, timing
 from pkb_ray.correctness import (aliases, compare, copy_tree, fingerprint, fingerprints, output_devices, pkb_agrees,
-                                 poison_like, structure)
+                                 poison_like, region_aliases, structure)
 from pkb_ray.names import Status
 from pkb_ray.problem import DTYPES, InputContext, Problem, Tolerance, load_problem
 from pkb_ray.runner import extensions, protocol, tensor_io
@@ -38,7 +38,7 @@ from pkb_ray.runner.protocol import Step, StepFailed, set_phase, tensor_file
 from pkb_ray.runner.resident import BUDGET_BYTES, Resident, nbytes
 from pkb_ray.runner.tensor_io import TensorFileError
 from pkb_ray.runner.trace import traced_call
-from pkb_ray.timing import call_seed, fresh_inputs, timed_region, timed_replay
+from pkb_ray.timing import call_seed, fresh_calls, timed_region, timed_replay
 
 
 def candidate_traceback() -> str:
@@ -228,12 +228,13 @@ class RankSession:
         side, k = cmd["side"], cmd["k"]
         fn = self.problem.solution if side == "ref" else self.candidate
         self._phase(f"{cmd['what']} ({side})")
-        calls = [self._call_inputs(cmd["base_seeds"], cmd["nonce"], n) for n in range(k)]
         captured = self._graphs.get(side) if cmd.get("graph") else None
         if cmd.get("graph") and (captured is None or len(captured.inputs) != k):
             raise StepFailed(Status.RUNTIME_ERROR.value, f"{cmd['what']} ({side}): no graph of {k} calls captured")
+        calls = self._region_inputs(cmd["base_seeds"], cmd["nonce"], k, own=captured is None)
         if captured is not None:
             captured.load(calls)
+            calls = captured.inputs  # what the replay reads
         gc.collect(0)  # the young generation only: a full collection costs ~170 ms with torch loaded
         gc.disable()  # a collection inside a region would be charged to whichever side triggered it
         try:
@@ -246,7 +247,7 @@ class RankSession:
             raise StepFailed(Status.RUNTIME_ERROR.value, f"timed call, {cmd['what']} ({side}):\n{candidate_traceback()}") from None
         finally:
             gc.enable()
-        shared = sorted({a for n, out in enumerate(outs) for a in aliases(out, calls[n], outs[:n])})
+        shared = region_aliases(outs, calls)
         self._held = outs if cmd["hold"] else None
         return {"status": "ok", "us": us, "commits": fingerprints(outs) if cmd["hold"] else [],
                 "aliases": shared, "devices": output_devices(outs[0])}
@@ -261,8 +262,8 @@ class RankSession:
         self._phase(f"capture ({side})")
         if self.device.type != "cuda":
             return {"status": "ok", "captured": False, "error": f"CUDA graphs need a CUDA device, not {self.device.type}"}
-        calls = [self._call_inputs(cmd["base_seeds"], cmd["nonce"], n) for n in range(k)]
-        again = [self._call_inputs(cmd["base_seeds"], cmd["nonce"] + 1, n) for n in range(k)]
+        calls = self._region_inputs(cmd["base_seeds"], cmd["nonce"], k)
+        again = self._region_inputs(cmd["base_seeds"], cmd["nonce"] + 1, k, own=False)
         if not all(same_layout(a, b) for a, b in zip(calls, again)):
             return {"status": "ok", "captured": False,
                     "error": "the problem's inputs change shape or non-tensor values from call to call"}
@@ -310,11 +311,26 @@ class RankSession:
 
     def _call_inputs(self, base_seeds: list[int], nonce: int, n: int) -> tuple:
         """The inputs of timed call n of the region with ``nonce`` (see :func:`pkb_ray.timing.fresh_inputs`)."""
+        sets = self._base_sets(base_seeds)
+        made = fresh_calls(sets[n % len(sets)], nonce, [n])
+        return made[0] if made is not None else self._inputs(call_seed(nonce, n))
+
+    def _region_inputs(self, base_seeds: list[int], nonce: int, k: int, own: bool = True) -> list[tuple]:
+        """``_call_inputs`` of calls 0..k-1, made in one batched pass per base set. Without ``own``
+        the calls may share memory: only for copying into a graph's buffers or comparing layouts."""
+        sets, calls = self._base_sets(base_seeds), [()] * k
+        for s, base in enumerate(sets):
+            ns = list(range(s, k, len(sets)))
+            made = fresh_calls(base, nonce, ns, own)
+            for n, inputs in zip(ns, made if made is not None else [self._inputs(call_seed(nonce, n)) for n in ns]):
+                calls[n] = inputs
+        return calls
+
+    def _base_sets(self, base_seeds: list[int]) -> list[tuple]:
         key = (id(self.problem), self.dtype_name, json.dumps(self.size, sort_keys=True), tuple(base_seeds))
         if self._base is None or self._base[0] != key:  # drawn once per sample (per problem in a clean set)
             self._base = (key, [self._inputs(s) for s in base_seeds])
-        sets = self._base[1]
-        return fresh_inputs(sets[n % len(sets)], nonce, n) or self._inputs(call_seed(nonce, n))
+        return self._base[1]
 
     def _inputs(self, seed: int) -> tuple:
         ctx = InputContext(size=self.size, rank=self.rank, world_size=self.world_size,
