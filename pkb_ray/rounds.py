@@ -24,9 +24,10 @@ from pkb_ray.timing import calls_per_round, round_order
 from pkb_ray.verdict import Region, reported_us
 
 REGION_POLL_S = 0.0002  # the parent's bracket is as fine as its look at the reports
-# A graph replay's region holds at most this many times the eager region's calls: each call's
-# fresh inputs cost ~0.1 ms to make on the rank, so a region of 500 replayed 1-us calls made
-# timing 25x dearer (NCCL at W=1, 4 KiB: 62 s a sample against 2.5 s) for a gain of ~0.3 us a call.
+# A graph replay's region holds at most this many times the eager region's calls. More calls share
+# the synchronisations around a region better, but every call still costs its fresh inputs and
+# its commitment on the rank: on 1 x H200 (NCCL at W=1), 16x read 1.07-1.10 us a call at 4 KiB
+# against 1.19-1.26 us at 4x, and made the timing step 2-3x dearer (docs/benchmarks.md).
 GRAPH_CALLS_FACTOR = 4
 
 

@@ -25,6 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pkb_ray import rounds  # noqa: E402
 from pkb_ray.config import EvalConfig, HardwareConfig  # noqa: E402
 from pkb_ray.harness import Harness  # noqa: E402
 from pkb_ray.problem import load_problems  # noqa: E402
@@ -39,8 +40,11 @@ def main() -> int:
     ap.add_argument("--sizes", default="10,12,14,16,18,20,22,24,26", help="log2 of elements per rank")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--graph-calls-factor", type=int, default=rounds.GRAPH_CALLS_FACTOR,
+                    help="graph regions hold at most this many times the eager region's calls")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    rounds.GRAPH_CALLS_FACTOR = args.graph_calls_factor  # read by the harness's round driver, in this process
     problems = load_problems()
     w = args.world_size
     hw = HardwareConfig(name=f"h200_{w}", device="cuda", world_sizes=[w], gpus_per_node=w)
@@ -57,7 +61,7 @@ def main() -> int:
                     for rep in range(args.reps):
                         t0 = time.perf_counter()
                         r = h.evaluate(Sample(problem_id=args.problem, model="copies", sample_index=rep, source=source))
-                        rows.append(dict(mode=mode, bytes=4 << p, rep=rep, status=r.status.value,
+                        rows.append(dict(mode=mode, bytes=4 << p, rep=rep, factor=args.graph_calls_factor, status=r.status.value,
                                          timing_mode=r.timing_mode, graph_error=r.graph_error[-200:],
                                          ref_us=r.ref_time_us, cand_us=r.cand_time_us, speedup=r.speedup,
                                          k=r.calls_per_round, timing_s=r.phase_seconds.get("timing"),
