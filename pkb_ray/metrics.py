@@ -212,7 +212,26 @@ def curves(df: pd.DataFrame, by: Sequence[str] = ("model",), ps: Sequence[float]
     return pd.DataFrame(out, columns=by + ["metric", "k", "value", "problems"])
 
 
-SAMPLE_SLOT = ["model", "problem_id", "sample_index", "world_size"]  # one answer per slot and round
+def as_scored(df: pd.DataFrame) -> pd.DataFrame:
+    """Result rows as the scores count them (the metrics estimate per (model, problem_id)):
+    ``model`` names the model with its hardware when a model ran on several, ``problem_id``
+    carries the world size when the rows span several, and the size (``@ numel=8192``) for a
+    problem evaluated at several (eval.sizes). ``base_problem`` keeps the problem's own id."""
+    df = df.copy()
+    df["base_problem"] = df["problem_id"]
+    several_hw = df.groupby("model")["hardware"].nunique().gt(1)
+    df["model"] = [f"{m} @ {h}" if several_hw.get(m, False) else m for m, h in zip(df["model"], df["hardware"])]
+    if df["world_size"].nunique() > 1:
+        df["problem_id"] = [f"{p} W={w}" for p, w in zip(df["problem_id"], df["world_size"])]
+    swept = df.groupby("base_problem")["size"].transform("nunique").gt(1)
+    if swept.any():  # each size of a sweep is a problem of its own to the scores
+        df.loc[swept, "problem_id"] = [f"{p} @ {s}" for p, s in zip(df.loc[swept, "problem_id"], df.loc[swept, "size"])]
+    return df
+
+
+# One answer per slot and round. Where a row states them, its size, dtype and hardware belong to the
+# slot too: the same sample evaluated at several sizes is several answers, not versions of one.
+SAMPLE_SLOT = ["model", "problem_id", "sample_index", "world_size", "size", "dtype", "hardware"]
 
 
 def state_after(df: pd.DataFrame, round_: int) -> pd.DataFrame:
@@ -221,7 +240,8 @@ def state_after(df: pd.DataFrame, round_: int) -> pd.DataFrame:
         return df
     rounds = df["round"].fillna(0).astype(int) if "round" in df else pd.Series(0, index=df.index)
     kept = df[rounds <= round_].assign(_round=rounds[rounds <= round_])
-    return kept.sort_values("_round").drop_duplicates(SAMPLE_SLOT, keep="last").drop(columns="_round")
+    slot = [c for c in SAMPLE_SLOT if c in df]
+    return kept.sort_values("_round").drop_duplicates(slot, keep="last").drop(columns="_round")
 
 
 def final_and_rounds(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | None]:

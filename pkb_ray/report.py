@@ -32,7 +32,7 @@ import pandas as pd
 
 from pkb_ray import size_sweeps
 from pkb_ray.figures import pyplot, svg
-from pkb_ray.metrics import curves, fast_col, final_and_rounds, pass_col, summarize
+from pkb_ray.metrics import as_scored, curves, fast_col, final_and_rounds, pass_col, summarize
 from pkb_ray.results import RESULT_KEY, newest, read_results
 from pkb_ray.schema import Status
 
@@ -75,22 +75,6 @@ NOTES = {
 SECTIONS = {"leaderboard": "Leaderboard", "pass-at-k": "pass@k and fast_1.0@k", "speedups": "Speedups of correct samples",
             "failures": "Why samples fail", "problems": "Per problem", "grid": "Models x problems",
             "samples": "Every sample", "run": "The run"}
-
-
-def prepare(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows ready for the report: ``model`` names the model with its hardware when a model ran on
-    several, and ``problem_id`` carries the world size when the rows span several (the metrics
-    estimate per (model, problem_id))."""
-    df = df.copy()
-    df["base_problem"] = df["problem_id"]
-    several_hw = df.groupby("model")["hardware"].nunique().gt(1)
-    df["model"] = [f"{m} @ {h}" if several_hw.get(m, False) else m for m, h in zip(df["model"], df["hardware"])]
-    if df["world_size"].nunique() > 1:
-        df["problem_id"] = [f"{p} W={w}" for p, w in zip(df["problem_id"], df["world_size"])]
-    swept = df.groupby("base_problem")["size"].transform("nunique").gt(1)
-    if swept.any():  # each size of a sweep is a problem of its own to the scores
-        df.loc[swept, "problem_id"] = [f"{p} @ {s}" for p, s in zip(df.loc[swept, "problem_id"], df.loc[swept, "size"])]
-    return df
 
 
 def timing_note(df: pd.DataFrame) -> str:
@@ -447,8 +431,8 @@ def optional_sections(spread, df: pd.DataFrame, rounds) -> dict[str, tuple[str, 
 def build(df: pd.DataFrame, title: str = "pkb_ray report", run_info: dict | None = None) -> tuple[str, str]:
     """(HTML page, Markdown summary) of result rows. With refinement rounds, every section counts
     each sample's latest version, and a section shows pass@1 and fast_1.0@1 after each round."""
-    spread = across_nodes(prepare(df))
-    df, rounds = final_and_rounds(prepare(df))
+    spread = across_nodes(as_scored(df))
+    df, rounds = final_and_rounds(as_scored(df))
     board, problems = leaderboard(df), per_problem(df)
     failures = status_table(df, ["model", "category"])
     speed = category_speedups(df)

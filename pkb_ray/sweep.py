@@ -21,7 +21,7 @@ from pkb_ray.cluster import start_ray
 from pkb_ray.config import SweepConfig
 from pkb_ray.entry import run_job
 from pkb_ray.llm import api_key
-from pkb_ray.metrics import final_and_rounds
+from pkb_ray.metrics import as_scored, final_and_rounds
 from pkb_ray.names import Status
 from pkb_ray.paths import CONF_DIR
 from pkb_ray.pipeline import select_rows
@@ -29,7 +29,6 @@ from pkb_ray.pkb.solutions import number_mismatches
 from pkb_ray.problem import load_problems
 from pkb_ray.refine import evaluate_and_refine
 from pkb_ray.report import across_nodes
-from pkb_ray.report import prepare as prepare_rows
 from pkb_ray.report import write as write_report
 from pkb_ray.results import newest, read_results
 from pkb_ray.samples import read_samples
@@ -85,7 +84,8 @@ def _evaluate(cfg, rows, problems, chosen, results_dir, problems_dir, generated_
 
     evaluate_and_refine(rows, cfg, problems, chosen, results_dir, generated_dir, problems_dir, on_progress=progress)
     everything = newest(read_results(results_dir))  # this run's rows and those of the runs it resumes
-    df, per_round = final_and_rounds(everything)  # each sample's latest version counts once
+    # each sample's latest version counts once, each (size, world size, hardware) as the report counts it
+    df, per_round = final_and_rounds(as_scored(everything))
     print(format_summary(df), flush=True)
     if per_round is not None:
         print("after each refinement round:\n" + per_round.to_string(index=False, float_format=lambda x: f"{x:.3f}"),
@@ -100,7 +100,7 @@ def _evaluate(cfg, rows, problems, chosen, results_dir, problems_dir, generated_
         page = html_path.read_text()
         log.info("report: %s (and %s)", html_path, md_path.name)
     tracker.log_results(df, page)
-    tracker.log_across_nodes(across_nodes(prepare_rows(everything)) if len(everything) else None)
+    tracker.log_across_nodes(across_nodes(as_scored(everything)) if len(everything) else None)
     if per_round is not None:
         tracker.log_rounds(per_round)
     tracker.log_artifacts({"results": results_dir, "generated": generated_dir})

@@ -6,15 +6,19 @@ Only the driver logs (ranks and actors never touch W&B).
 
 What one run holds (:meth:`Tracker.log_results`):
 
+The rows come in as the scores count them (:func:`pkb_ray.metrics.as_scored`: each size of a
+size sweep, each world size, is a problem of its own).
+
 - summary (:func:`run_summary`): the scores of :func:`pkb_ray.metrics.summarize` over all
   models (``pass@1``, ``pass@5``, ``pass@10`` and over how many problems each was taken,
   ``fast_{p}@1``, geometric-mean and median speedup, median fraction of speed of light,
   ``n_{status}``) and per model (``<model>/pass@1``, ...), plus ``fast_1.0@k`` for the same k
   (each over the problems with at least k samples);
-- tables: ``samples`` (one row per result, error trimmed, source), ``per_problem``,
-  ``per_category``, ``pass_at_k`` (the curves, long format);
+- tables: ``samples`` (one row per result: size, message bytes, timing mode and times, error
+  trimmed, source), ``per_problem``, ``per_category``, ``pass_at_k`` (the curves, long format),
+  and with a size sweep ``size_sweeps`` (the report's "Against message size");
 - plots: ``pass@k`` and ``fast_1.0@k`` lines, status counts as bars, the histogram of log2 speedup
-  of correct samples;
+  of correct samples, and with a size sweep the best speedup against message bytes;
 - ``report``: the HTML page of :mod:`pkb_ray.report`;
 - during the run, ``progress/*`` steps (:meth:`Tracker.log_progress`); at the end, the results
   and the generated samples as Artifacts (:meth:`Tracker.log_artifacts`).
@@ -29,13 +33,15 @@ from typing import Any
 
 import pandas as pd
 
+from pkb_ray import size_sweeps
 from pkb_ray.config import WandbConfig
 from pkb_ray.metrics import curves, status_counts, summarize
 from pkb_ray.names import Status
 
 SUMMARY_KS = (1, 5, 10)
-SAMPLE_COLUMNS = ["problem_id", "category", "model", "sample_index", "backend", "world_size", "status", "speedup",
-                  "sol_fraction", "message", "source"]
+SAMPLE_COLUMNS = ["problem_id", "category", "model", "sample_index", "backend", "world_size", "size",
+                  "message_bytes", "status", "speedup", "timing_mode", "ref_time_us", "cand_time_us", "sol_fraction",
+                  "message", "source"]
 
 
 def run_summary(df: pd.DataFrame) -> dict[str, float]:
@@ -108,7 +114,7 @@ class Tracker:
         self.log_summary(run_summary(df))
         curve = curves(df, ["model"], ps=(1.0,))  # the plotted curves: the same problems at every k
 
-        samples = df[SAMPLE_COLUMNS].assign(message=df["message"].str[:300])
+        samples = df[[c for c in SAMPLE_COLUMNS if c in df]].assign(message=df["message"].str[:300])
         tables = {
             "samples": samples,
             "per_problem": summarize(df, ["model", "problem_id"], ks=SUMMARY_KS),
@@ -126,6 +132,7 @@ class Tracker:
             hist = pd.DataFrame({"log2_speedup": [math.log2(s) for s in fast]})
             logged["speedup_plot"] = wandb.plot.histogram(wandb.Table(dataframe=hist), "log2_speedup",
                                                           title="log2 speedup of correct samples")
+        logged.update(_size_sweep_logs(df))
         if report_html:
             logged["report"] = wandb.Html(report_html, inject=False)
         self.run.log(logged)
@@ -157,3 +164,17 @@ class Tracker:
         if self.run:
             self.run.finish()
             self.run = None
+
+
+def _size_sweep_logs(df: pd.DataFrame) -> dict[str, Any]:
+    """The report's "Against message size" table, and best speedup against bytes as a line per
+    model and problem (empty when no problem was evaluated at several sizes)."""
+    import wandb
+
+    sweep = size_sweeps.table(df)
+    if sweep is None:
+        return {}
+    table = wandb.Table(dataframe=sweep.assign(line=sweep["model"] + " " + sweep["problem"] + " W=" + sweep["W"].astype(str)))
+    return {"size_sweeps": table,
+            "size_sweeps_plot": wandb.plot.line(table, "bytes", "best speedup", stroke="line",
+                                                title="best speedup against message bytes (1 = the reference)")}

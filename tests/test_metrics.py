@@ -268,3 +268,25 @@ def test_summarize_reads_results_written_with_the_schema():
     assert row["pass@1"] == pytest.approx(0.5)
     assert row["fast_1.5@1"] == pytest.approx(0.5) and row["fast_2.0@1"] == 0.0
     assert (row["n_correct"], row["n_crash"]) == (1, 1)
+
+
+def test_each_size_of_a_sweep_is_its_own_answer_and_its_own_problem():
+    """Before, a size sweep's summary kept one size per sample (the slot had no size) and the sizes
+    it kept counted as samples of one problem."""
+    from pkb_ray.metrics import as_scored, final_and_rounds
+
+    rows = []
+    for index, statuses in enumerate((("correct", "wrong_output"), ("correct", "correct"))):
+        for size, status in zip(("small", "numel=8192"), statuses):
+            rows.append(dict(model="m", problem_id="p", sample_index=index, world_size=2, size=size, dtype="float32",
+                             hardware="h", round=0, category="c", status=status, speedup=1.5, sol_fraction=0.1))
+    rows.append(dict(rows[0], round=1, status="wrong_output"))  # a refined version of sample 0 at "small"
+    rows.append(dict(rows[0], problem_id="q"))  # q ran at one size: its id stays as it is
+    df, by_round = final_and_rounds(as_scored(pd.DataFrame(rows)))
+    assert sorted(zip(df["problem_id"], df["sample_index"])) == [
+        ("p @ numel=8192", 0), ("p @ numel=8192", 1), ("p @ small", 0), ("p @ small", 1), ("q", 0)]
+    assert set(df["base_problem"]) == {"p", "q"}
+    assert df[df["problem_id"] == "p @ small"].sort_values("sample_index")["status"].tolist() == ["wrong_output", "correct"]
+    per_problem = summarize(df, ["problem_id"], ks=(1,)).set_index("problem_id")["pass@1"]
+    assert per_problem.to_dict() == {"p @ numel=8192": 0.5, "p @ small": 0.5, "q": 1.0}
+    assert by_round is not None and by_round["round"].tolist() == [0, 1]

@@ -139,11 +139,12 @@ def test_spread_results_get_their_own_section_and_do_not_count_as_more_samples(t
     assert "| 0.583 |" in board
     # and W&B gets the same table (a real offline run, read back from its files)
     from pkb_ray.config import WandbConfig
-    from pkb_ray.report import across_nodes, prepare
+    from pkb_ray.metrics import as_scored
+    from pkb_ray.report import across_nodes
     from pkb_ray.tracking import Tracker
 
     tracker = Tracker(WandbConfig(mode="offline"), {}, tmp_path / "wb")
-    tracker.log_across_nodes(across_nodes(prepare(df)))
+    tracker.log_across_nodes(across_nodes(as_scored(df)))
     tracker.close()
     logged = next((tmp_path / "wb").rglob("across_nodes_*.table.json"))
     table = json.loads(logged.read_text())

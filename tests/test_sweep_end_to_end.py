@@ -205,3 +205,12 @@ def test_a_size_sweep_keys_rows_by_size_and_draws_them_against_bytes(tmp_path):
     assert (correct["eager_cand_time_us"] == correct["cand_time_us"]).all()
     page = (run_dir / "report.html").read_text()
     assert '<section id="sizes">' in page and 'id="size-broadcast-w2"' in page
+    # the printed summary and W&B score each size as a problem of its own (before, they kept one
+    # size per sample and counted it as a sample of "broadcast")
+    assert "broadcast @ small" in proc.stdout and "broadcast @ numel=8192" in proc.stdout
+    run_file = next((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert wandb_files.summary(run_file)["n"] == 4 and wandb_files.summary(run_file)["problems"] == 2
+    media = next((run_dir / "wandb").glob("offline-run-*")) / "files" / "media" / "table"
+    sizes = json.loads(next(media.glob("size_sweeps_*.table.json")).read_text())
+    assert {"bytes", "best speedup", "line"} <= set(sizes["columns"]) and len(sizes["data"]) == 2
+    assert "size_sweeps_plot_table" in {k.split("/")[0] for k in wandb_files.history_keys(run_file)}
