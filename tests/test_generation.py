@@ -119,6 +119,36 @@ def test_prompt_has_the_task_reference_backend_notes_example_and_hardware():
     assert "wrong_output" in note and "rank 1" in note and "17 of 4096" in note
 
 
+def test_refinement_feedback_is_about_the_size_where_a_swept_sample_did_worst():
+    import pandas as pd
+
+    from pkb_ray.config import SweepConfig
+    from pkb_ray.prompt import feedback
+    from pkb_ray.stages.generate import worst_per_sample
+
+    def row(index, size, status, speedup=None, w=2):
+        return dict(model="m", problem_id="all_reduce", sample_index=index, world_size=w, size=size, status=status,
+                    speedup=speedup, ref_time_us=10.0, cand_time_us=10.0 / speedup if speedup else None,
+                    message="" if status == "correct" else f"broke at {size}")
+    rows = pd.DataFrame([row(0, "small", "correct", 2.0), row(0, "numel=1048576", "wrong_output"),
+                         row(0, "numel=4096", "correct", 3.0),
+                         row(1, "small", "correct", 2.0), row(1, "numel=1048576", "correct", 0.8),
+                         row(2, "small", "correct", 0.5, w=4), row(2, "small", "correct", 0.5, w=2)])
+    worst = worst_per_sample(rows).set_index("sample_index")
+    assert worst.loc[0, "size"] == "numel=1048576" and worst.loc[0, "status"] == "wrong_output"
+    assert worst.loc[1, "size"] == "numel=1048576" and worst.loc[1, "speedup"] == 0.8  # its slowest size
+    assert worst.loc[2, "world_size"] == 2 and worst.loc[2, "sizes_evaluated"] == 1
+    assert worst.loc[0, "sizes_evaluated"] == 3
+    cfg = SweepConfig.model_validate({"hardware": {"name": "h", "device": "cuda", "world_sizes": [2],
+                                                   "gpus_per_node": 2, "arch": "sm_90a"}})
+    failed = feedback(worst.loc[0].to_dict(), cfg, 1.0)
+    assert "At input size numel=1048576 (of the 3 sizes it was evaluated at, one where it failed)" in failed
+    assert "broke at numel=1048576" in failed
+    slow = feedback(worst.loc[1].to_dict(), cfg, 1.0)
+    assert "At input size numel=1048576 (of the 2 sizes" in slow and "slowest" in slow and "0.80x" in slow
+    assert "At input size" not in feedback(worst.loc[2].to_dict(), cfg, 1.0)  # one size: nothing to say
+
+
 def test_prompt_cli_prints_one():
     done = subprocess.run([sys.executable, "-m", "pkb_ray.prompt", "problem=all_gather", "backend=triton"],
                           capture_output=True, text=True, timeout=120)

@@ -141,8 +141,7 @@ def refine_requests(cfg: SweepConfig, problems: dict[str, Problem], results: pd.
     """Requests of round ``round_``: the samples of the previous round that failed or were slow, each with
     its conversation so far and the evaluator's feedback."""
     by_key = {Sample.model_validate(r).key: r for r in generated}
-    prev = results[results["round"].fillna(0).astype(int) == round_ - 1]
-    prev = prev.sort_values("world_size").drop_duplicates(["model", "problem_id", "sample_index"])
+    prev = worst_per_sample(results[results["round"].fillna(0).astype(int) == round_ - 1])
     out = []
     for res in prev.to_dict("records"):
         slow = res["status"] == Status.CORRECT.value and (res.get("speedup") or 0) < cfg.model.refine_below_speedup
@@ -161,6 +160,20 @@ def refine_requests(cfg: SweepConfig, problems: dict[str, Problem], results: pd.
                     "messages": json.dumps(base + history + [{"role": "user", "content": text}]),
                     "parent_key": res["sample_key"], "feedback": text})
     return out
+
+
+def worst_per_sample(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per sample to give feedback on, where it was evaluated at several world sizes or
+    sizes (eval.sizes): a failure if it failed anywhere, else its slowest; the smallest world size
+    among equals. ``sizes_evaluated`` counts the sizes the sample ran at."""
+    if rows.empty:
+        return rows.assign(sizes_evaluated=pd.Series(dtype="int64"))
+    slot = ["model", "problem_id", "sample_index"]
+    ok = rows["status"] == Status.CORRECT.value
+    ranked = rows.assign(_ok=ok, _speed=rows["speedup"].where(ok).fillna(0.0),
+                         sizes_evaluated=rows.groupby(slot)["size"].transform("nunique"))
+    return (ranked.sort_values(["_ok", "_speed", "world_size"], kind="stable")
+            .drop_duplicates(slot).drop(columns=["_ok", "_speed"]))
 
 
 def _conversation(row: dict[str, Any], by_key: dict) -> list[dict[str, str]]:
