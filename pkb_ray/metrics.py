@@ -229,6 +229,18 @@ def as_scored(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def timing_note(df: pd.DataFrame) -> str:
+    """What the times are: eager calls, graph replays (eval.timing_mode), or a mix, with counts."""
+    timed = df[df["cand_time_us"].notna()] if "cand_time_us" in df else df.iloc[0:0]
+    modes = timed["timing_mode"].replace("", "eager").fillna("eager") if "timing_mode" in timed else None
+    if modes is None or modes.empty:
+        return "times: none"
+    counts = modes.value_counts()
+    if len(counts) == 1:
+        return f"times: {'graph replays' if counts.index[0] == 'graph' else 'eager calls'}"
+    return "times: " + ", ".join(f"{m} {n}" for m, n in counts.items())
+
+
 # One answer per slot and round. Where a row states them, its size, dtype and hardware belong to the
 # slot too: the same sample evaluated at several sizes is several answers, not versions of one.
 SAMPLE_SLOT = ["model", "problem_id", "sample_index", "world_size", "size", "dtype", "hardware"]

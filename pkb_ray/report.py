@@ -32,7 +32,7 @@ import pandas as pd
 
 from pkb_ray import size_sweeps
 from pkb_ray.figures import pyplot, svg
-from pkb_ray.metrics import as_scored, curves, fast_col, final_and_rounds, pass_col, summarize
+from pkb_ray.metrics import as_scored, curves, fast_col, final_and_rounds, pass_col, summarize, timing_note
 from pkb_ray.results import RESULT_KEY, newest, read_results
 from pkb_ray.schema import Status
 
@@ -75,18 +75,6 @@ NOTES = {
 SECTIONS = {"leaderboard": "Leaderboard", "pass-at-k": "pass@k and fast_1.0@k", "speedups": "Speedups of correct samples",
             "failures": "Why samples fail", "problems": "Per problem", "grid": "Models x problems",
             "samples": "Every sample", "run": "The run"}
-
-
-def timing_note(df: pd.DataFrame) -> str:
-    """What the times are: eager calls, graph replays (eval.timing_mode), or a mix, with counts."""
-    timed = df[df["cand_time_us"].notna()] if "cand_time_us" in df else df.iloc[0:0]
-    modes = timed["timing_mode"].replace("", "eager").fillna("eager") if "timing_mode" in timed else None
-    if modes is None or modes.empty:
-        return "times: none"
-    counts = modes.value_counts()
-    if len(counts) == 1:
-        return f"times: {'graph replays' if counts.index[0] == 'graph' else 'eager calls'}"
-    return "times: " + ", ".join(f"{m} {n}" for m, n in counts.items())
 
 
 def across_nodes(df: pd.DataFrame) -> pd.DataFrame | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from pkb_ray.metrics import fast_col, pass_col, summarize
+from pkb_ray.metrics import fast_col, pass_col, summarize, timing_note
 from pkb_ray.schema import Status
 
 SHOWN_KS = (1, 5)
@@ -26,4 +26,5 @@ def format_summary(df: pd.DataFrame) -> str:
     last = pass_col(SHOWN_KS[-1])  # taken only over problems with that many samples: say how many
     table[f"{last} over"] = [f"{int(k)}/{int(n)}" for k, n in zip(table[f"{last}_problems"], table["problems"])]
     cols = ["model", "problem_id", "n", pass_col(1), last, f"{last} over", fast_col(1.0), "median_speedup", "statuses"]
-    return table[cols].to_string(index=False, float_format=lambda x: f"{x:.2f}", na_rep="-")
+    text = table[cols].to_string(index=False, float_format=lambda x: f"{x:.2f}", na_rep="-")
+    return f"{text}\n{timing_note(df)} (speedups are the reference's time over the sample's, per call)"

@@ -13,7 +13,8 @@ size sweep, each world size, is a problem of its own).
   models (``pass@1``, ``pass@5``, ``pass@10`` and over how many problems each was taken,
   ``fast_{p}@1``, geometric-mean and median speedup, median fraction of speed of light,
   ``n_{status}``) and per model (``<model>/pass@1``, ...), plus ``fast_1.0@k`` for the same k
-  (each over the problems with at least k samples);
+  (each over the problems with at least k samples), and ``timing``: which times the speedups
+  use (eager calls, graph replays, or how many of each; :func:`pkb_ray.metrics.timing_note`);
 - tables: ``samples`` (one row per result: size, message bytes, timing mode and times, error
   trimmed, source), ``per_problem``, ``per_category``, ``pass_at_k`` (the curves, long format),
   and with a size sweep ``size_sweeps`` (the report's "Against message size");
@@ -35,7 +36,7 @@ import pandas as pd
 
 from pkb_ray import size_sweeps
 from pkb_ray.config import WandbConfig
-from pkb_ray.metrics import curves, status_counts, summarize
+from pkb_ray.metrics import curves, status_counts, summarize, timing_note
 from pkb_ray.names import Status
 
 SUMMARY_KS = (1, 5, 10)
@@ -111,7 +112,7 @@ class Tracker:
             return
         import wandb
 
-        self.log_summary(run_summary(df))
+        self.log_summary({**run_summary(df), "timing": timing_note(df)})
         curve = curves(df, ["model"], ps=(1.0,))  # the plotted curves: the same problems at every k
 
         samples = df[[c for c in SAMPLE_COLUMNS if c in df]].assign(message=df["message"].str[:300])

@@ -210,6 +210,8 @@ def test_a_size_sweep_keys_rows_by_size_and_draws_them_against_bytes(tmp_path):
     assert "broadcast @ small" in proc.stdout and "broadcast @ numel=8192" in proc.stdout
     run_file = next((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
     assert wandb_files.summary(run_file)["n"] == 4 and wandb_files.summary(run_file)["problems"] == 2
+    # which times the scores use: graph mode fell back to eager on gloo, and both say so
+    assert "times: eager calls" in proc.stdout and wandb_files.summary(run_file)["timing"] == "times: eager calls"
     media = next((run_dir / "wandb").glob("offline-run-*")) / "files" / "media" / "table"
     sizes = json.loads(next(media.glob("size_sweeps_*.table.json")).read_text())
     assert {"bytes", "best speedup", "line"} <= set(sizes["columns"]) and len(sizes["data"]) == 2
