@@ -95,7 +95,8 @@ def feedback(result: dict, cfg: SweepConfig, slow_below: float) -> str:
     sizes = int(result.get("sizes_evaluated") or 1)
     if sizes > 1:  # a size sweep (see stages.generate.worst_per_sample): which size this is
         which = "where it was slowest against the reference" if status == Status.CORRECT.value else "where it failed"
-        details = f"At input size {result.get('size')} (of the {sizes} sizes it was evaluated at, one {which}):\n{details}"
+        details = (f"At input size {result.get('size')} (of the {sizes} sizes it was evaluated at, one {which}):"
+                   f"\n{details}")
     return _template("feedback.md").safe_substitute(
         hardware=describe_hardware(cfg.hardware, int(result.get("world_size") or cfg.hardware.world_sizes[0])),
         world_size=result.get("world_size"), status=status, details=details, goal=goal).strip()

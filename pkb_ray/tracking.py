@@ -175,7 +175,8 @@ def _size_sweep_logs(df: pd.DataFrame) -> dict[str, Any]:
     sweep = size_sweeps.table(df)
     if sweep is None:
         return {}
-    table = wandb.Table(dataframe=sweep.assign(line=sweep["model"] + " " + sweep["problem"] + " W=" + sweep["W"].astype(str)))
+    line = sweep["model"] + " " + sweep["problem"] + " W=" + sweep["W"].astype(str)
+    table = wandb.Table(dataframe=sweep.assign(line=line))
     return {"size_sweeps": table,
             "size_sweeps_plot": wandb.plot.line(table, "bytes", "best speedup", stroke="line",
                                                 title="best speedup against message bytes (1 = the reference)")}
