@@ -215,17 +215,22 @@ def curves(df: pd.DataFrame, by: Sequence[str] = ("model",), ps: Sequence[float]
 def as_scored(df: pd.DataFrame) -> pd.DataFrame:
     """Result rows as the scores count them (the metrics estimate per (model, problem_id)):
     ``model`` names the model with its hardware when a model ran on several, ``problem_id``
-    carries the world size when the rows span several, and the size (``@ numel=8192``) for a
-    problem evaluated at several (eval.sizes). ``base_problem`` keeps the problem's own id."""
+    carries the world size when the rows span several, and the size (``@ numel=8192``) and the
+    dtype (`` bfloat16``) for a problem evaluated at several. ``base_problem`` keeps the problem's
+    own id."""
     df = df.copy()
     df["base_problem"] = df["problem_id"]
     several_hw = df.groupby("model")["hardware"].nunique().gt(1)
     df["model"] = [f"{m} @ {h}" if several_hw.get(m, False) else m for m, h in zip(df["model"], df["hardware"])]
     if df["world_size"].nunique() > 1:
         df["problem_id"] = [f"{p} W={w}" for p, w in zip(df["problem_id"], df["world_size"])]
-    swept = df.groupby("base_problem")["size"].transform("nunique").gt(1)
-    if swept.any():  # each size of a sweep is a problem of its own to the scores
-        df.loc[swept, "problem_id"] = [f"{p} @ {s}" for p, s in zip(df.loc[swept, "problem_id"], df.loc[swept, "size"])]
+    for column, join in (("size", " @ "), ("dtype", " ")):  # each size (dtype) of a sweep: a problem of its own
+        if column not in df:
+            continue
+        several = df.groupby("base_problem")[column].transform("nunique").gt(1)
+        if several.any():
+            df.loc[several, "problem_id"] = [f"{p}{join}{v}" for p, v in
+                                             zip(df.loc[several, "problem_id"], df.loc[several, column])]
     return df
 
 

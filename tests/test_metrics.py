@@ -290,3 +290,6 @@ def test_each_size_of_a_sweep_is_its_own_answer_and_its_own_problem():
     per_problem = summarize(df, ["problem_id"], ks=(1,)).set_index("problem_id")["pass@1"]
     assert per_problem.to_dict() == {"p @ numel=8192": 0.5, "p @ small": 0.5, "q": 1.0}
     assert by_round is not None and by_round["round"].tolist() == [0, 1]
+    # a results folder holding two dtypes of one problem: each dtype a problem of its own too
+    both = pd.DataFrame([dict(rows[0], dtype=d, sample_index=0, round=0) for d in ("float32", "bfloat16")])
+    assert sorted(as_scored(both)["problem_id"]) == ["p bfloat16", "p float32"]
