@@ -4,10 +4,9 @@ wandb is imported only when a run is actually logged; mode ``offline`` (the defa
 the run under the output folder for a later ``wandb sync``; ``disabled`` writes nothing.
 Only the driver logs (ranks and actors never touch W&B).
 
-What one run holds (:meth:`Tracker.log_results`):
-
 The rows come in as the scores count them (:func:`pkb_ray.metrics.as_scored`: each size of a
-size sweep, each world size, is a problem of its own).
+size sweep, each world size, is a problem of its own). What one run holds
+(:meth:`Tracker.log_results`):
 
 - summary (:func:`run_summary`): the scores of :func:`pkb_ray.metrics.summarize` over all
   models (``pass@1``, ``pass@5``, ``pass@10`` and over how many problems each was taken,
