@@ -74,12 +74,14 @@ def step_failure(step: StepView) -> Verdict | None:
 
 
 def tampering(reports: dict[int, dict[str, Any]]) -> Verdict | None:
-    """The candidate's process found the evaluator's own functions replaced."""
+    """The candidate's process found the evaluator's own functions, or torch's, replaced."""
     for rank, report in sorted(reports.items()):
         replaced = report.get("tampered") or []
         if replaced:
-            return Verdict(Status.TAMPERING, f"rank {rank}: the candidate replaced the evaluator's "
-                                             f"{', '.join(map(str, replaced))}", rank)
+            more = f" (and {len(replaced) - 10} more)" if len(replaced) > 10 else ""
+            names = ", ".join(map(str, replaced[:10])) + more
+            return Verdict(Status.TAMPERING, f"rank {rank}: the candidate replaced {names} (the evaluator's "
+                                             "functions, or torch's that the reference runs on)", rank)
     return None
 
 

@@ -27,7 +27,9 @@ def _copy(problems, index: int = 1) -> Sample:
     "name, status, needle",
     [
         ("correct_then_cached.py", Status.WRONG_OUTPUT, "timed call gave a wrong answer"),
-        ("breaks_reference.py", Status.WRONG_OUTPUT, "reference gave a wrong answer"),
+        ("breaks_reference.py", Status.TAMPERING, "replaced torch.distributed.all_reduce"),
+        ("slows_reference.py", Status.TAMPERING, "replaced torch.distributed.all_reduce"),
+        ("slows_reference_later.py", Status.TAMPERING, "replaced torch.Tensor.clone"),
         ("segfaults.py", Status.CRASH, "SIGSEGV"),
         ("hangs_while_timed.py", Status.TIMEOUT, "during timing"),
         ("exits_cleanly.py", Status.RUNTIME_ERROR, "SystemExit"),

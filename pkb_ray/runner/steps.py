@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import json
+import operator
 import os
 import sys
 import traceback
@@ -81,6 +82,55 @@ def _watched() -> dict[str, Any]:
             "RankSession.run": RankSession.run}
 
 
+TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+class TorchWatch:
+    """The identity of torch's own functions, taken just before the candidate is imported. The
+    reference is timed in the candidate's process: a candidate that replaces one of them (a
+    ``dist.all_reduce`` that sleeps first, or answers wrong and fast) changes what it is compared
+    against. A replacement kept past the step that made it is evidence of tampering; one restored
+    in time is not seen here (docs/threat-model.md)."""
+
+    OWNERS = ("torch", "torch.Tensor", "torch.distributed", "torch.distributed.distributed_c10d",
+              "torch.nn.functional", "torch.cuda")
+
+    def __init__(self):
+        self._seen = []  # (owner's name, the owner, {attribute: callable} as imported)
+        for name in self.OWNERS:
+            owner = operator.attrgetter(name.partition(".")[2])(torch) if "." in name else torch
+            self._seen.append((name, owner, {attr: value for attr, value in self._namespace(owner).items()
+                                             if callable(value) and not isinstance(value, ModuleType)}))
+
+    def replaced(self) -> list[str]:
+        found = []
+        for name, owner, seen in self._seen:
+            now = self._namespace(owner)
+            found += [f"{name}.{attr}" for attr, fn in seen.items()
+                      if now.get(attr) is not fn and not self._torch_own(now.get(attr), fn)]
+        return found
+
+    @staticmethod
+    def _torch_own(new: Any, old: Any) -> bool:
+        """A wrapper torch itself puts over its function (importing torch._dynamo, as torch.compile
+        does, wraps torch.manual_seed): written in torch's own files and wrapping the original."""
+        code = getattr(new, "__code__", None)
+        return (code is not None and code.co_filename.startswith(TORCH_DIR)
+                and getattr(new, "__wrapped__", None) is old)
+
+    @staticmethod
+    def _namespace(owner: Any) -> dict[str, Any]:
+        """What the owner's attributes resolve to, without running descriptors: a module's own
+        dict; a class's dicts along its MRO (``Tensor.clone`` lives on ``TensorBase``: setting it
+        on ``Tensor`` shadows it)."""
+        if not isinstance(owner, type):
+            return vars(owner)
+        merged: dict[str, Any] = {}
+        for klass in reversed(owner.__mro__):
+            merged.update(vars(klass))
+        return merged
+
+
 class RankSession:
     """State of one rank across the steps of one sample (candidate set) or many (clean set)."""
 
@@ -95,6 +145,7 @@ class RankSession:
         self._base: tuple | None = None  # (key, base input sets of the timed calls)
         self._graphs: dict[str, Captured] = {}  # side -> its k calls captured (graph timing mode)
         self._originals = _watched()
+        self._torch: TorchWatch | None = None  # torch's functions as they were before the candidate came
         # clean sets: verified reference outputs kept on the device between samples (by content hash)
         self.resident = Resident(BUDGET_BYTES.get(device.type, BUDGET_BYTES["cpu"]))
 
@@ -107,8 +158,10 @@ class RankSession:
                 Step.KEEP: self.keep, Step.CAPTURE: self.capture, Step.CHECK_TRIALS: self.check_trials,
                 Step.CHECK_TIMED: self.check_timed}[cmd["step"]]
         report = step(cmd)
-        if self.candidate is not None:
-            report["tampered"] = [name for name, fn in _watched().items() if fn is not self._originals[name]]
+        if self.candidate is not None or self._torch is not None:
+            now = _watched()
+            report["tampered"] = [name for name, fn in self._originals.items() if now.get(name) is not fn]
+            report["tampered"] += self._torch.replaced() if self._torch is not None else []
         return report
 
     # -- clean sets ----------------------------------------------------------------------------
@@ -196,6 +249,7 @@ class RankSession:
                                     self.job_dir / "torch_extensions", cmd.get("arch_list"))
         self._phase("import")
         try:
+            self._torch = TorchWatch()
             module = load_candidate(cmd["candidate_path"])
         except BaseException:  # noqa: BLE001 - SystemExit too: whatever import does is its verdict
             raise StepFailed(Status.IMPORT_ERROR.value, candidate_traceback()) from None
