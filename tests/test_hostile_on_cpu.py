@@ -56,6 +56,15 @@ def test_forged_report_times_are_caught_by_the_parents_clock(make_harness, probl
     assert "times forged" in forged.message, forged.message
 
 
+def test_hidden_time_is_tampering_only_when_a_second_timing_run_shows_it_too(make_harness):
+    # forged in the first run only (as a burst of load could look once): timed again, judged on the
+    # second, honest run. The forger above forges both runs and stays tampering.
+    h = make_harness(2, size=BIG, rounds=100)
+    result = h.evaluate(_sample("forges_first_timing_only.py"))
+    assert result.status == Status.CORRECT, result.message
+    assert 0.5 < result.speedup < 2.0  # the second run's honest times, not 50x
+
+
 @pytest.mark.parametrize("name", ["memo_by_address.py", "memo_by_values.py", "memo_by_hash.py"])
 def test_memoising_gains_nothing(make_harness, name):
     result = make_harness(2, size=BIG, rounds=20, timeout_s=10).evaluate(_sample(name))
