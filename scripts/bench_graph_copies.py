@@ -67,8 +67,8 @@ def main() -> int:
         for mode in args.modes.split(","):
             for p in (int(x) for x in args.sizes.split(",")):
                 cfg = EvalConfig(trials=2, timing_sets=2, warmup=5, rounds=args.rounds,
-                                 size=knobs(args.problem, 1 << p), timeout_s=args.timeout, prewarm=1, max_round_calls=500,
-                                 timing_mode=mode)
+                                 size=knobs(args.problem, 1 << p), timeout_s=args.timeout, prewarm=1,
+                                 max_round_calls=500, timing_mode=mode)
                 h = Harness([f"cuda:{i}" for i in range(w)], cfg, hw, problems, work_dir=Path(tmp) / f"{mode}{p}",
                             cache_dir=Path(tmp) / "cache")
                 try:

@@ -158,10 +158,10 @@ class RankSession:
                 Step.KEEP: self.keep, Step.CAPTURE: self.capture, Step.CHECK_TRIALS: self.check_trials,
                 Step.CHECK_TIMED: self.check_timed}[cmd["step"]]
         report = step(cmd)
-        if self.candidate is not None or self._torch is not None:
+        if self._torch is not None:  # a candidate was imported (or is being) in this process
             now = _watched()
             report["tampered"] = [name for name, fn in self._originals.items() if now.get(name) is not fn]
-            report["tampered"] += self._torch.replaced() if self._torch is not None else []
+            report["tampered"] += self._torch.replaced()
         return report
 
     # -- clean sets ----------------------------------------------------------------------------
@@ -217,7 +217,7 @@ class RankSession:
         found = []
         for pick in cmd["picks"]:
             self._phase(f"check timed call {pick['id']}")
-            inputs = self._call_inputs(cmd["base_seeds"], pick["nonce"], pick["index"])
+            inputs = self._call_inputs(cmd["base_seeds"], pick["nonce"], [pick["index"]])[0]
             expected = self.problem.solution(*inputs)
             self._sync()
             try:
@@ -285,7 +285,7 @@ class RankSession:
         captured = self._graphs.get(side) if cmd.get("graph") else None
         if cmd.get("graph") and (captured is None or len(captured.inputs) != k):
             raise StepFailed(Status.RUNTIME_ERROR.value, f"{cmd['what']} ({side}): no graph of {k} calls captured")
-        calls = self._region_inputs(cmd["base_seeds"], cmd["nonce"], k, own=captured is None)
+        calls = self._call_inputs(cmd["base_seeds"], cmd["nonce"], list(range(k)), own=captured is None)
         if captured is not None:
             captured.load(calls)
             calls = captured.inputs  # what the replay reads
@@ -316,8 +316,8 @@ class RankSession:
         self._phase(f"capture ({side})")
         if self.device.type != "cuda":
             return {"status": "ok", "captured": False, "error": f"CUDA graphs need a CUDA device, not {self.device.type}"}
-        calls = self._region_inputs(cmd["base_seeds"], cmd["nonce"], k)
-        again = self._region_inputs(cmd["base_seeds"], cmd["nonce"] + 1, k, own=False)
+        calls = self._call_inputs(cmd["base_seeds"], cmd["nonce"], list(range(k)))
+        again = self._call_inputs(cmd["base_seeds"], cmd["nonce"] + 1, list(range(k)), own=False)
         if not all(same_layout(a, b) for a, b in zip(calls, again)):
             return {"status": "ok", "captured": False,
                     "error": "the problem's inputs change shape or non-tensor values from call to call"}
@@ -363,22 +363,16 @@ class RankSession:
             self.resident.put(digest, value)
         return value
 
-    def _call_inputs(self, base_seeds: list[int], nonce: int, n: int) -> tuple:
-        """The inputs of timed call n of the region with ``nonce`` (see :func:`pkb_ray.timing.fresh_inputs`)."""
-        sets = self._base_sets(base_seeds)
-        made = fresh_calls(sets[n % len(sets)], nonce, [n])
-        return made[0] if made is not None else self._inputs(call_seed(nonce, n))
-
-    def _region_inputs(self, base_seeds: list[int], nonce: int, k: int, own: bool = True) -> list[tuple]:
-        """``_call_inputs`` of calls 0..k-1, made in one batched pass per base set. Without ``own``
+    def _call_inputs(self, base_seeds: list[int], nonce: int, ns: list[int], own: bool = True) -> list[tuple]:
+        """The inputs of timed calls ``ns`` of the region with ``nonce`` (see
+        :func:`pkb_ray.timing.fresh_inputs`), made in one batched pass per base set. Without ``own``
         the calls may share memory: only for copying into a graph's buffers or comparing layouts."""
-        sets, calls = self._base_sets(base_seeds), [()] * k
+        sets, made = self._base_sets(base_seeds), {}
         for s, base in enumerate(sets):
-            ns = list(range(s, k, len(sets)))
-            made = fresh_calls(base, nonce, ns, own)
-            for n, inputs in zip(ns, made if made is not None else [self._inputs(call_seed(nonce, n)) for n in ns]):
-                calls[n] = inputs
-        return calls
+            mine = [n for n in ns if n % len(sets) == s]
+            fresh = fresh_calls(base, nonce, mine, own) if mine else []
+            made.update(zip(mine, fresh if fresh is not None else [self._inputs(call_seed(nonce, n)) for n in mine]))
+        return [made[n] for n in ns]
 
     def _base_sets(self, base_seeds: list[int]) -> list[tuple]:
         key = (id(self.problem), self.dtype_name, json.dumps(self.size, sort_keys=True), tuple(base_seeds))
