@@ -1,11 +1,14 @@
 """A rank set: W fresh rank processes in one process group, driven one step at a time.
 
-The parent (a gang) owns the rendezvous: it holds the master ``TCPStore`` on a port the OS
-picks, and each rank set uses its own key prefix, so neighbouring or respawned sets never
-collide. The W ranks share one sandbox (:mod:`pkb_ray.sandbox`, level ``eval.isolation``): a
-launcher (:mod:`pkb_ray.runner.launch`) starts them inside it, each with its own command pipe,
-and killing the sandbox kills whatever the candidate spawned, however it detached. Nothing here
-imports candidate code. The sandbox's docstring says what it does not protect against.
+The W ranks share one sandbox (:mod:`pkb_ray.sandbox`, level ``eval.isolation``): a launcher
+(:mod:`pkb_ray.runner.launch`) starts them inside it, each with its own command pipe, and
+killing the sandbox kills whatever the candidate spawned, however it detached. Commands go down
+the pipes, reports come back as files in the job folder: nothing crosses a network. Where all W
+ranks are here and sandboxed, the sandbox has a network of its own (loopback only) and rank 0
+holds the rendezvous ``TCPStore`` inside it (:data:`SANDBOX_STORE`); otherwise (no sandbox, or a
+gang spread over nodes) the store is the parent's, on the host's network, and each rank set uses
+its own key prefix, so neighbouring or respawned sets never collide. Nothing here imports
+candidate code. The sandbox's docstring says what it does not protect against.
 """
 
 from __future__ import annotations
@@ -24,8 +27,7 @@ from typing import Any, Protocol
 
 import torch.distributed as dist
 
-from pkb_ray import sandbox
-from pkb_ray.paths import CODE_ROOT
+from pkb_ray import allowlist, sandbox
 from pkb_ray.runner import protocol
 from pkb_ray.runner.launch import read_exit
 from pkb_ray.runner.protocol import Step
@@ -34,6 +36,9 @@ ERROR_GRACE_S = 2.0  # after one rank fails, how long the others get to report b
 POLL_S = 0.02
 LOG_TAIL_CHARS = 1500
 CPU_RANK_MEMORY = 16 << 30  # address space of one CPU rank process in a sandbox (RLIMIT_AS)
+SANDBOX_STORE = "127.0.0.1:29400"  # rank 0's rendezvous in a sandbox's own network: no other process can bind there
+# a sandbox's own network has only loopback: gloo and NCCL's bootstrap must use it (one node: NVLink, P2P, SHM)
+LOOPBACK_ONLY = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
 
 
 @dataclass
@@ -66,9 +71,7 @@ def child_env(extra: dict[str, str] | None = None, num_threads: int = 1, *, mult
     a step at its deadline anyway; these make the rank itself give up soon after, should the
     parent be unable to (``collective_timeout_s`` is also the process group's timeout).
     """
-    root = str(CODE_ROOT)
-    ours = {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
-            "PYTHONUNBUFFERED": "1"}
+    ours = {"PYTHONPATH": allowlist.ranks_pythonpath(), "PYTHONUNBUFFERED": "1"}
     defaults = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",  # a failed or timed-out collective ends the process
                 "TORCH_NCCL_DUMP_ON_TIMEOUT": "0",  # no flight-recorder dump on the way down
                 "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(int(collective_timeout_s)),  # a stuck watchdog too
@@ -117,27 +120,12 @@ class Isolation:
     writable: tuple[str, ...] = ()  # besides the rank set's own job folder
     gpu: bool = False
 
-    def python_paths(self) -> list[Path]:
-        """Where this Python finds its packages, wherever the sandbox would hide them: under /tmp
-        (its own scratch there) or under a hidden path (e.g. a bundle unpacked in /tmp/site)."""
-        shadowed = [Path("/tmp"), *map(Path, self.hide)]
-        entries = [*os.environ.get("PYTHONPATH", "").split(os.pathsep), *sys.path]
-        found = []
-        for entry in entries:
-            path = Path(entry).resolve() if entry else None
-            # strictly inside: binding /tmp itself (a script's folder on sys.path) would undo the scratch
-            if path and path.is_dir() and any(path != s and path.is_relative_to(s) for s in shadowed) \
-                    and str(path) not in self.hide and path not in found:
-                found.append(path)
-        return found
-
-    def policy(self, job_dir: Path, ranks: int) -> sandbox.Policy:
+    def policy(self, job_dir: Path, ranks: int, network: sandbox.Network = sandbox.Network.OWN) -> sandbox.Policy:
         # processes count threads, of every rank in the sandbox (NCCL starts many); the memory cap is
         # RLIMIT_AS per process on CPU only (CUDA reserves huge address ranges) unless a cgroup holds it
         limits = sandbox.Limits(max_processes=512 * ranks, memory_bytes=None if self.gpu else CPU_RANK_MEMORY)
         return sandbox.Policy(writable=[job_dir, *map(Path, self.writable)], hide=[Path(p) for p in self.hide],
-                              readable=[*map(Path, self.readable), *self.python_paths()], gpu=self.gpu,
-                              limits=limits)
+                              readable=list(map(Path, self.readable)), gpu=self.gpu, limits=limits, network=network)
 
 
 class Ranks(Protocol):
@@ -188,16 +176,21 @@ class RankSet:
         self.backend = backend
         self._store = None
         self._tags = itertools.count()
-        if store_addr is None:  # the whole group is here: hold the rendezvous ourselves
+        level = sandbox.Isolation(isolation.level)
+        probe = sandbox.probe(level)
+        # all ranks here, in a sandbox: a network of its own, the rendezvous inside it (rank 0's)
+        own_network = store_addr is None and probe.level is sandbox.Isolation.SANDBOX
+        if own_network:
+            store_addr, env = SANDBOX_STORE, {**(env or {}), **LOOPBACK_ONLY}
+        elif store_addr is None:  # the whole group is here, unsandboxed: hold the rendezvous ourselves
             self._store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False, use_libuv=True)
             store_addr = f"127.0.0.1:{self._store.port}"
         prefix = prefix or uuid.uuid4().hex
-        level = sandbox.Isolation(isolation.level)
-        probe = sandbox.probe(level)
         child = child_env(env, num_threads, multicast=multicast, collective_timeout_s=pg_timeout_s, isolation=level)
         rank_argv = [sys.executable, "-m", "pkb_ray.runner.rank", "--world-size", str(self.world_size),
                      "--store", store_addr, "--prefix", prefix, "--backend", backend, "--job-dir", str(self.job_dir),
-                     "--pg-timeout", str(pg_timeout_s), "--num-threads", str(num_threads)]
+                     "--pg-timeout", str(pg_timeout_s), "--num-threads", str(num_threads),
+                     *(["--host-store"] if own_network else [])]
         reads, self._pipes = [], []
         for _ in self.ranks:
             r, w = os.pipe()
@@ -205,7 +198,8 @@ class RankSet:
             self._pipes.append(os.fdopen(w, "wb"))
         spec = {"job_dir": str(self.job_dir), "argv": rank_argv, "ranks": self.ranks, "fds": reads,
                 "devices": {str(r): d for r, d in zip(self.ranks, devices)}}
-        policy = isolation.policy(self.job_dir, len(self.ranks))
+        policy = isolation.policy(self.job_dir, len(self.ranks),
+                                  sandbox.Network.OWN if own_network else sandbox.Network.HOST)
         argv = sandbox.command([sys.executable, "-m", "pkb_ray.runner.launch", json.dumps(spec)], policy, probe)
         self._slot = sandbox.CgroupSlot(probe, policy.limits)
         with open(self.job_dir / "launch.log", "wb") as log:  # the limits include SIGKILL on our death

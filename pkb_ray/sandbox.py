@@ -1,25 +1,32 @@
-"""Sandboxes for rank processes: bubblewrap namespaces, a read-only file system, resource limits.
+"""Sandboxes for rank processes: bubblewrap namespaces, an allowlisted file system, no network, limits.
 
 At ``Isolation.SANDBOX`` each sandbox (one ``bwrap`` process and everything under it) gets:
 
-- files: the host's file system read-only; ``hide`` paths (reference cache, results, secrets)
-  replaced by empty, read-only mounts; only ``writable`` folders and a private, size-bounded
-  tmpfs scratch (/tmp: cwd, HOME, TMPDIR; and /dev/shm) can be written. /dev holds only the basic
-  devices (plus the GPUs' with ``gpu``). The host's own /tmp is invisible.
+- files: an empty root with read-only binds of exactly what its processes need
+  (:mod:`pkb_ray.allowlist`: the system's /usr, a minimal /etc, the interpreter, the folders it
+  imports from, pkb_ray's package, CUDA, the caller's ``readable`` folders); the caller's
+  ``writable`` folders; a private, size-bounded tmpfs scratch (/tmp: cwd, HOME, TMPDIR; and
+  /dev/shm); /dev with the basic devices (plus the GPUs' with ``gpu``); a private /proc. HOME,
+  /root, /home, the checkout's other files, Ray's session and token files: absent. ``hide`` paths
+  that fall inside a bound folder are masked by empty read-only mounts.
+- network: with ``Network.OWN`` (the default) a network namespace of its own, loopback only: the
+  host's loopback (Ray's GCS, dashboard and agents, other samples' stores) cannot be reached.
+  ``Network.HOST`` (ranks spread over nodes, where NCCL needs the network) shares the host's.
 - environment: an allowlist (:func:`child_env`); never a name that looks like a secret.
-- processes: its own user, pid, ipc and uts namespaces, no capabilities, no new user namespaces
-  (so it cannot unmount what hides a path). It cannot see or signal the evaluator or other
-  samples. SIGKILL to the bwrap process kills everything inside, double-forked or setsid'd
+- processes: its own user, pid, ipc, uts and network namespaces, no capabilities, no new user
+  namespaces (so it cannot unmount what hides a path). It cannot see or signal the evaluator or
+  other samples. SIGKILL to the bwrap process kills everything inside, double-forked or setsid'd
   children included: pid 1 of the namespace dies with bwrap and the kernel kills the rest.
 - limits: open files, file size, scratch size, processes and memory as below.
 
 What it does not protect against:
 
-- the network is shared (the ranks meet at the parent's TCPStore on 127.0.0.1 and NCCL across
-  nodes needs it): a candidate reaches whatever the host reaches, the parent's store included.
+- with ``Network.HOST``: a candidate reaches whatever the host reaches (the spread gang's store
+  included); docs/threat-model.md says what.
 - GPUs are shared with the other samples on the node (memory, contention, leftovers in device
   memory); the GPU driver's ioctls, like the kernel, are attack surface: no exploit protection.
-- timing and other side channels; reading anything on the host that is not hidden.
+- timing and other side channels; what the allowlist shows (system files under /usr, the
+  interpreter's prefixes, /sys's device tree on GPU) can be read.
 - processes: RLIMIT_NPROC counts the tasks, threads included, of all ranks in the sandbox's user
   namespace. A tiny exec shim sets it inside, because set before bwrap it counts every task of
   the host user and bwrap's own clone fails on a busy node. The kernel never applies it to host
@@ -28,9 +35,10 @@ What it does not protect against:
   for its children). At ``Isolation.NONE`` nothing caps them. ``Probe.describe()`` says what holds.
 - memory: RLIMIT_AS on CPU only (CUDA reserves huge virtual ranges); on GPU no cap without a
   cgroup (memory.max). Scratch tmpfs pages (up to 2 x scratch_bytes) are memory too.
-- ranks that meet through /dev/shm, $TMPDIR/symm_mem-<pid> sockets (torch symmetric memory) or
-  each other's pids must share one sandbox per sample and node: on 2 H200s NCCL and symmetric
-  memory work with both ranks in one sandbox, and NCCL hangs with a sandbox per rank.
+- ranks that meet through /dev/shm, $TMPDIR/symm_mem-<pid> sockets (torch symmetric memory),
+  abstract sockets (per network namespace) or each other's pids must share one sandbox per
+  sample and node: on 2 H200s NCCL and symmetric memory work with both ranks in one sandbox, and
+  NCCL hangs with a sandbox per rank.
 """
 
 from __future__ import annotations
@@ -52,6 +60,8 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from pkb_ray import allowlist
+
 ENV_ALLOW_PREFIXES = ("CUDA_", "NCCL_", "NVIDIA_", "NVSHMEM_", "TORCH_", "GLOO_", "OMP_", "MKL_",
                       "OPENBLAS_", "TRITON_", "LC_", "PKB_", "PYTORCH_", "CUBLAS_", "CUDNN_")
 ENV_ALLOW = {"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHASHSEED",
@@ -62,7 +72,7 @@ SECRETS = (".ssh", ".gnupg", ".aws", ".azure", ".config/gcloud", ".kube", ".dock
            ".config/gh", ".cache/huggingface/token", ".huggingface/token", ".config/rclone",
            ".s3cfg", ".boto", ".vault-token", ".cargo/credentials", ".cargo/credentials.toml")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-SHIM_PYTHON = sys.executable  # runs the exec shim inside the sandbox (the sandbox sees the host's files)
+SHIM_PYTHON = sys.executable  # runs the exec shim inside the sandbox (the allowlist binds the interpreter)
 # Sets RLIMIT_NPROC once the sandbox's user namespace exists (see the module docstring), then execs.
 _SHIM = ("import os,resource as r,sys;n=int(sys.argv[1]);h=r.getrlimit(r.RLIMIT_NPROC)[1];"
          "n=n if h==r.RLIM_INFINITY else min(n,h);r.setrlimit(r.RLIMIT_NPROC,(n,n));"
@@ -76,7 +86,12 @@ class SandboxUnavailable(RuntimeError):
 
 class Isolation(str, Enum):
     NONE = "none"  # plain processes (process session kill only); for debugging
-    SANDBOX = "sandbox"  # bubblewrap: namespaces, read-only FS, private scratch, rlimits (+ cgroup if usable)
+    SANDBOX = "sandbox"  # bubblewrap: namespaces, allowlisted FS, own network, private scratch, rlimits (+ cgroup)
+
+
+class Network(str, Enum):
+    OWN = "own"  # a network namespace of its own: loopback only
+    HOST = "host"  # the host's (ranks spread over nodes: NCCL between nodes needs it)
 
 
 @dataclass(frozen=True)
@@ -91,10 +106,11 @@ class Limits:
 @dataclass(frozen=True)
 class Policy:
     writable: list[Path]  # bound read-write at the same path (the job's outbox)
-    hide: list[Path]  # replaced by an empty read-only tmpfs (a file: /dev/null); missing ones skipped
-    readable: list[Path] = ()  # bound back read-only, e.g. a build cache inside a hidden folder
-    gpu: bool = False  # bind /dev/nvidia*, /dev/nvidia-caps, /dev/infiniband
+    hide: list[Path]  # inside a bound folder: replaced by an empty read-only tmpfs (a file: /dev/null)
+    readable: list[Path] = ()  # bound read-only besides the system allowlist (problem folders, build caches)
+    gpu: bool = False  # bind /dev/nvidia*, /dev/nvidia-caps, /dev/infiniband, and /sys's device tree
     limits: Limits = Limits()
+    network: Network = Network.OWN
 
 
 @dataclass(frozen=True)
@@ -113,9 +129,10 @@ class Probe:
         procs = ("cgroup pids.max" if self.cgroup else "RLIMIT_NPROC per sandbox") if self.caps_processes \
             else "NOT capped (host root ignores RLIMIT_NPROC; no usable cgroup v2)"
         memory = "cgroup memory.max" if self.cgroup else "RLIMIT_AS on CPU only, none on GPU"
-        return (f"sandbox ({self.version or 'bubblewrap'}, {self.bwrap}: user+pid+ipc+uts namespaces, "
-                f"no capabilities, read-only root, private scratch, rlimits; processes: {procs}; "
-                f"memory: {memory}; network shared; {self.reason})")
+        return (f"sandbox ({self.version or 'bubblewrap'}, {self.bwrap}: user+pid+ipc+uts+net namespaces, "
+                f"no capabilities, allowlisted read-only files, private scratch, rlimits; processes: {procs}; "
+                f"memory: {memory}; network: loopback only (host network for ranks spread over nodes); "
+                f"{self.reason})")
 
 
 def _bwrap_candidates() -> list[str]:
@@ -160,27 +177,80 @@ def _cgroup_parent() -> tuple[Path | None, str]:
     return parent, f"cgroup v2 under {parent}"
 
 
+# The kernel switches that turn unprivileged user namespaces off, the value that does, and the fix.
+USERNS_SWITCHES = (
+    ("/proc/sys/kernel/unprivileged_userns_clone", "0", "unprivileged user namespaces are disabled "
+     "(kernel.unprivileged_userns_clone=0)", "sudo sysctl -w kernel.unprivileged_userns_clone=1"),
+    ("/proc/sys/user/max_user_namespaces", "0", "user namespaces are disabled (user.max_user_namespaces=0)",
+     "sudo sysctl -w user.max_user_namespaces=15000"),
+    ("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1", "AppArmor forbids unprivileged user "
+     "namespaces (Ubuntu 23.10 and later by default)", "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 "
+     "(or an AppArmor profile that gives bwrap `userns`: see the README's prerequisites)"),
+)
+
+
+def diagnose(stderr: str, readings: Mapping[str, str], in_container: bool) -> str:
+    """Why bwrap failed, from its error and the kernel's switches, with the fix (pure: testable)."""
+    for path, off, what, fix in USERNS_SWITCHES:
+        if readings.get(path, "").strip() == off:
+            return f"{what}; fix: {fix}"
+    if "execvp" in stderr or "No such file or directory" in stderr:
+        return ("a path the sandbox must show is missing inside it (an interpreter or environment outside "
+                "pkb_ray.allowlist.visible?); run with eval.isolation=none to debug, and report the path")
+    if "Operation not permitted" in stderr or "Permission denied" in stderr:
+        if in_container:
+            return ("the container forbids new namespaces (Docker's default seccomp profile and dropped "
+                    "capabilities); fix: run it with --security-opt seccomp=unconfined --security-opt "
+                    "apparmor=unconfined, or a seccomp profile that allows clone/unshare of namespaces")
+        return ("the kernel or a security module refused new namespaces; fix: allow unprivileged user "
+                "namespaces (see the README's prerequisites)")
+    if "loopback" in stderr:
+        return "a network namespace could not be set up (bwrap could not bring its loopback up)"
+    return "see bwrap's error above"
+
+
+def _readings() -> dict[str, str]:
+    out = {}
+    for path, *_ in USERNS_SWITCHES:
+        with contextlib.suppress(OSError):
+            out[path] = Path(path).read_text()
+    return out
+
+
+def _in_container() -> bool:
+    if os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"):
+        return True
+    with contextlib.suppress(OSError):
+        return any(w in Path("/proc/1/cgroup").read_text() for w in ("docker", "containerd", "kubepods"))
+    return False
+
+
 @functools.lru_cache(maxsize=None)
 def probe(wanted: Isolation) -> Probe:
-    """What isolation this process can give its ranks; cached. Raises SandboxUnavailable rather than weaken."""
+    """What isolation this process can give its ranks; cached. Raises SandboxUnavailable rather than
+    weaken, saying which condition failed and how to fix it."""
     wanted = Isolation(wanted)
     if wanted is Isolation.NONE:
         return Probe(Isolation.NONE, None, False, "eval.isolation=none")
     parent, why = _cgroup_parent()
     root = os.geteuid() == 0
     failures = []
+    # the very flags, shim, allowlist and rlimits that the ranks get, and an import of our package
+    argv = [sys.executable, "-c", "import pkb_ray.runner.launch"]
+    env = child_env(os.environ, {"PYTHONPATH": allowlist.ranks_pythonpath()}, Isolation.SANDBOX)
     for bwrap in _bwrap_candidates():
         trial = Probe(Isolation.SANDBOX, bwrap, False, "probe")
         policy = Policy(writable=[], hide=[])
-        try:  # the very flags, shim and rlimits that the ranks get
-            run = subprocess.run(command(["/bin/true"], policy, trial), capture_output=True, text=True, timeout=60,
-                                 env=child_env(os.environ, {}, Isolation.SANDBOX), preexec_fn=preexec(policy, trial))
+        try:
+            run = subprocess.run(command(argv, policy, trial), capture_output=True, text=True, timeout=60, env=env,
+                                 preexec_fn=preexec(policy, trial))
             version = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
         except (OSError, subprocess.SubprocessError) as e:
             failures.append(f"{bwrap}: {e}")
             continue
         if run.returncode != 0:
-            failures.append(f"{bwrap}: exit {run.returncode}: {run.stderr.strip()[-400:]}")
+            err = run.stderr.strip()[-400:]
+            failures.append(f"{bwrap}: exit {run.returncode}: {err} -> {diagnose(err, _readings(), _in_container())}")
             continue
         reason = why + ("; host root: RLIMIT_NPROC does not apply" if root else "")
         return Probe(Isolation.SANDBOX, bwrap, parent is not None, reason, version,
@@ -190,24 +260,32 @@ def probe(wanted: Isolation) -> Probe:
 
 
 def _mounts(policy: Policy) -> tuple[list[str], list[str]]:
-    """bwrap mount arguments for hide/readable/writable, outer paths first, and the hidden folders."""
-    ops = set()
-    for p in policy.hide:
-        if Path(p).exists():  # nothing to hide otherwise (and bwrap cannot mount over a missing path)
-            ops.add((Path(p).resolve(), "hide"))
-    for kind, paths in (("readable", policy.readable), ("writable", policy.writable)):
-        for p in paths:
-            if not Path(p).exists():
-                raise FileNotFoundError(f"sandbox: {kind} path {p} does not exist")
-            ops.add((Path(p).resolve(), kind))
+    """bwrap mount arguments for the allowlist, ``writable`` and ``hide``, outer paths first, and
+    the hidden folders (to be made read-only last)."""
+    ops = {(p, "readable") for p in allowlist.visible(list(policy.readable), policy.gpu)}
+    for p in policy.readable:  # each bound itself too: one inside a hidden folder comes back
+        if not Path(p).exists():
+            raise FileNotFoundError(f"sandbox: readable path {p} does not exist")
+        if not allowlist.too_broad(Path(p).resolve()):
+            ops.add((Path(p).resolve(), "readable"))
+    for p in policy.writable:
+        if not Path(p).exists():
+            raise FileNotFoundError(f"sandbox: writable path {p} does not exist")
+        ops.add((Path(p).resolve(), "writable"))
+    shown = [p for p, _ in ops]
+    for p in policy.hide:  # a mask only matters inside what is shown; elsewhere the path is absent anyway
+        path = Path(p).resolve() if Path(p).exists() else None
+        if path is not None and any(path == s or path.is_relative_to(s) for s in shown):
+            ops.add((path, "hide"))
     kinds: dict[Path, str] = {}
     for path, kind in ops:
-        if kinds.setdefault(path, kind) != kind:
+        if kinds.setdefault(path, kind) != kind and {kinds[path], kind} != {"readable", "writable"}:
             raise ValueError(f"sandbox: {path} is both {kinds[path]} and {kind}")
+    kinds.update({path: kind for path, kind in ops if kind == "writable"})  # writable wins over the allowlist
     # bwrap mounts in argument order: a folder's mount must come before the mounts inside it
     # (bwrap makes their mount points in the hiding tmpfs, which is made read-only only at the end).
     args, hidden = [], []
-    for path, kind in sorted(ops, key=lambda op: (len(op[0].parts), str(op[0]))):
+    for path, kind in sorted(kinds.items(), key=lambda op: (len(op[0].parts), str(op[0]))):
         p = str(path)
         if kind == "hide" and path.is_dir():
             args += ["--size", str(1 << 20), "--tmpfs", p]
@@ -230,10 +308,14 @@ def command(argv: list[str], policy: Policy, probe: Probe, *, cwd_in_sandbox: st
     if probe.level is Isolation.NONE:
         return list(argv)
     limits = policy.limits
+    own = policy.network is Network.OWN
     args = [probe.bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--disable-userns",
-            "--cap-drop", "ALL",  # bwrap run by root keeps all capabilities (in the namespace) otherwise
-            "--ro-bind", "/", "/", "--dev", "/dev"]
+            "--unshare-cgroup-try", *(["--unshare-net", "--hostname", allowlist.HOSTNAME] if own else []),
+            "--die-with-parent", "--new-session", "--disable-userns",
+            "--cap-drop", "ALL"]  # bwrap run by root keeps all capabilities (in the namespace) otherwise
+    for target, link in allowlist.system_links():
+        args += ["--symlink", target, link]
+    args += ["--dev", "/dev"]
     for dev in _gpu_devices() if policy.gpu else []:
         args += ["--dev-bind", dev, dev]
     args += ["--proc", "/proc",
@@ -242,9 +324,13 @@ def command(argv: list[str], policy: Policy, probe: Probe, *, cwd_in_sandbox: st
              "--remount-ro", "/dev"]  # /dev's own tmpfs would otherwise be an unbounded scratch
     mounts, hidden = _mounts(policy)
     args += mounts
+    for target, link in allowlist.links(list(policy.readable), policy.gpu):
+        args += ["--symlink", target, link]
+    for inside, host in allowlist.etc_files(own).items():
+        args += ["--ro-bind", str(host), inside]
     for folder in hidden:
         args += ["--remount-ro", folder]
-    args += ["--dir", "/tmp/home", "--dir", "/tmp/work", "--chdir", cwd_in_sandbox, "--",
+    args += ["--dir", "/tmp/home", "--dir", "/tmp/work", "--remount-ro", "/", "--chdir", cwd_in_sandbox, "--",
              SHIM_PYTHON, "-I", "-S", "-c", _SHIM, str(limits.max_processes), *argv]
     return args
 
@@ -339,7 +425,7 @@ def child_env(environ: Mapping[str, str], extra: Mapping[str, str], level: Isola
             raise ValueError(f"sandbox: refusing to pass {k} to a rank (its name looks like a secret)")
         env[k] = v
     if Isolation(level) is Isolation.SANDBOX:
-        env.update(HOME="/tmp/home", TMPDIR="/tmp")
+        env.update(HOME=allowlist.SCRATCH_HOME, TMPDIR="/tmp")
     return env
 
 

@@ -13,7 +13,7 @@ LAYERS = {  # 7 = the command, 6 = entry points ... 1 = pure data and rules
     4: ["stages.compile", "stages.evaluate", "stages.generate", "stages.validate", "llm", "prompt", "telemetry"],
     3: ["gang", "cluster", "spread", "harness", "references", "rounds", "rank_pool", "ranks", "problem_check"],
     2: ["runner", "runner.extensions", "runner.launch", "runner.protocol", "runner.rank", "runner.resident",
-        "runner.steps", "runner.tensor_io", "runner.trace", "cuda", "sandbox", "reaper", "reference_store"],
+        "runner.steps", "runner.tensor_io", "runner.trace", "cuda", "sandbox", "allowlist", "reaper", "reference_store"],
     1: ["problem", "schema", "metrics", "timing", "correctness", "config", "placement", "results", "samples",
         "selection", "verdict", "paths", "names", "scheduler", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.static"],
 }

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pkb_ray import sandbox
+from pkb_ray import allowlist, sandbox
 from pkb_ray.sandbox import Isolation, Limits, Policy, SandboxUnavailable
 
 try:
@@ -104,7 +104,7 @@ print(json.dumps(r))
 
 
 @needs_bwrap
-def test_file_system_is_read_only_except_writable_and_hides_what_it_must(host_dir, tmp_path):
+def test_shown_folders_are_read_only_except_writable_and_hides_act_inside_them(host_dir, tmp_path):
     visible, results, cache, out = (host_dir / n for n in ("visible", "results", "cache", "out"))
     for d in (visible, results, cache / "build", cache / "outbox", out):
         d.mkdir(parents=True)
@@ -116,7 +116,8 @@ def test_file_system_is_read_only_except_writable_and_hides_what_it_must(host_di
     (host_dir / "link_to_out").symlink_to(out)  # given as a symlink: mounted at its target
     (tmp_path / "host_tmp.txt").write_text("x")
     policy = Policy(writable=[host_dir / "link_to_out", cache / "outbox"],  # outbox: writable inside a hidden folder
-                    hide=[results, cache, host_dir / "secret.txt", host_dir / "missing"], readable=[cache / "build"])
+                    hide=[results, cache, host_dir / "secret.txt", host_dir / "missing"],
+                    readable=[host_dir, cache / "build"])  # hides act inside what is shown
     paths = {"visible": str(visible), "results": str(results), "cache": str(cache), "out": str(out),
              "secret": str(host_dir / "secret.txt"), "host_tmp": str(tmp_path / "host_tmp.txt")}
     r = run(READ_ONLY_PROBE, policy, json.dumps(paths))
@@ -139,11 +140,13 @@ def test_policy_paths_are_checked_resolved_and_ordered(host_dir, monkeypatch):
     (host_dir / "cache" / "outbox").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="writable"):
         sandbox.command(["true"], Policy(writable=[host_dir / "nope"], hide=[]), probe)
+    with pytest.raises(FileNotFoundError, match="readable"):
+        sandbox.command(["true"], Policy(writable=[], hide=[], readable=[host_dir / "nope"]), probe)
     with pytest.raises(ValueError, match="both"):
         sandbox.command(["true"], Policy(writable=[host_dir / "cache"], hide=[host_dir / "cache"]), probe)
     (host_dir / "link").symlink_to(host_dir / "cache")
-    argv = sandbox.command(["true"], Policy(writable=[host_dir / "link" / "outbox"], hide=[host_dir / "link", host_dir / "gone"]),
-                           probe)
+    argv = sandbox.command(["true"], Policy(writable=[host_dir / "link" / "outbox"], readable=[host_dir],
+                                            hide=[host_dir / "link", host_dir / "gone"]), probe)
     hide_at, bind_at = argv.index(str(host_dir / "cache")), argv.index(str(host_dir / "cache" / "outbox"))
     assert argv[hide_at - 1] == "--tmpfs" and argv[bind_at - 1] == "--bind" and hide_at < bind_at
     assert str(host_dir / "gone") not in argv and str(host_dir / "link") not in argv
@@ -240,6 +243,9 @@ def test_fork_bomb_is_stopped(monkeypatch):
         if not os.path.exists("/usr/bin/python3"):
             pytest.skip("root without cgroup v2, and no /usr/bin/python3 for an unprivileged sandbox")
         monkeypatch.setattr(sandbox, "SHIM_PYTHON", "/usr/bin/python3")  # root's venv may be unreadable to nobody
+        # that evaluator's interpreter is the system's, under /usr: root's prefixes are not its to bind
+        monkeypatch.setattr(allowlist, "interpreter_paths", lambda: [])
+        monkeypatch.setattr(allowlist, "import_paths", lambda pythonpath: ())
         popen = dict(user=65534, group=65534, extra_groups=[], cwd="/", python="/usr/bin/python3")
     forks, stopped = _fork_bomb(64, 400, **popen)
     assert stopped and 4 <= forks < 64

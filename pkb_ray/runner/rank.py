@@ -45,7 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.set_device(device)
     host, port = args.store.rsplit(":", 1)
     timeout = timedelta(seconds=args.pg_timeout)
-    store = dist.TCPStore(host, int(port), args.world_size, is_master=False, timeout=timeout)
+    # --host-store: the sandbox has a network of its own and rank 0 holds the rendezvous in it
+    master = args.host_store and args.rank == 0
+    store = dist.TCPStore(host, int(port), args.world_size, is_master=master, timeout=timeout,
+                          wait_for_workers=False)
     store = dist.PrefixStore(args.prefix, store)
     # device_id makes NCCL build its communicator now (eagerly), so a prewarmed rank set has paid for it
     eager = {"device_id": device} if device.type == "cuda" else {}
@@ -98,6 +101,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--world-size", type=int, required=True)
     p.add_argument("--store", required=True, help="host:port of the rendezvous TCPStore")
     p.add_argument("--prefix", required=True, help="key prefix of this rank set in the store")
+    p.add_argument("--host-store", action="store_true", help="rank 0 holds the store (a sandbox's own network)")
     p.add_argument("--backend", choices=("gloo", "nccl"), required=True)
     p.add_argument("--device", required=True, help="cpu or cuda:N")
     p.add_argument("--job-dir", required=True)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from pkb_ray import sandbox
+from pkb_ray import allowlist, sandbox
 from pkb_ray.cuda import DEFAULT_ARCH, BuildSpec, CudaBuildError, build, find_sources
 from pkb_ray.paths import CODE_ROOT
 from pkb_ray.ranks import Isolation as RankIsolation
@@ -103,8 +103,8 @@ def build_inline(module_source: str, settings: BuildSettings, paths: Sequence[st
         policy = iso.policy(work, 1)
         argv = [sys.executable, "-m", "pkb_ray.runner.extensions", str(work / "sample.py"), str(work / "ext"),
                 os.pathsep.join([*paths, str(CODE_ROOT)]), extensions.arch_list(settings.arch)]
-        env = sandbox.child_env(os.environ, {"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": os.pathsep.join(
-            [str(CODE_ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)])}, probe.level)
+        env = sandbox.child_env(os.environ, {"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": allowlist.ranks_pythonpath()},
+                                probe.level)
         cmd = sandbox.command(argv, policy, probe, cwd_in_sandbox=str(work))
         try:
             with sandbox.CgroupSlot(probe, policy.limits) as slot:
