@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -343,3 +344,165 @@ def test_probe_levels_and_refusal(monkeypatch, tmp_path):
             sandbox.probe(Isolation.SANDBOX)
     finally:
         sandbox.probe.cache_clear()
+
+
+WALKER = """
+import json, os, sys
+skip = json.loads(sys.argv[1])  # folders the host checks itself (the allowlist's roots): not read here
+readable, seen_dirs = [], []
+for top, dirs, files in os.walk("/"):
+    if top in ("/proc", "/dev"):
+        dirs[:] = []
+        continue
+    real = os.path.realpath(top)
+    if any(real == s or real.startswith(s + "/") for s in skip):
+        dirs[:] = []
+        seen_dirs.append(real)
+        continue
+    for name in files:
+        path = os.path.join(top, name)
+        try:
+            with open(path, "rb") as f:
+                f.read(1)
+            readable.append(os.path.realpath(path))
+        except OSError:
+            pass
+print(json.dumps({"readable": readable, "roots": sorted(set(seen_dirs)), "top": sorted(os.listdir("/"))}))
+"""
+
+
+@pytest.fixture
+def canaries(host_dir):
+    """Secrets where a user keeps them: in HOME, in the checkout, in Ray's token file."""
+    token = uuid.uuid4().hex
+    places = [Path.home() / f".pkb-canary-{token}", REPO / f".env.pkb-canary-{token}", host_dir / ".ray" / "auth_token"]
+    for path in places:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"canary-{token}")
+    yield places
+    for path in places:
+        path.unlink(missing_ok=True)
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@needs_bwrap
+def test_the_file_system_is_the_allowlist_and_nothing_else(host_dir, canaries):
+    problems, job = host_dir / "problems", host_dir / "job"
+    for d in (problems, job):
+        d.mkdir()
+    (problems / "p.py").write_text("x = 1")
+    policy = Policy(writable=[job], hide=[], readable=[problems])
+    roots = allowlist.visible([problems], gpu=False)
+    r = run(WALKER, policy, json.dumps([str(p) for p in roots]))
+    # what the walker read outside the roots (files bound one by one are roots too): only our own
+    # /etc files and the scratch
+    etc = {str(p) for p in allowlist.etc_files(own_network=True)}
+    outside = [p for p in r["readable"] if p not in etc and not p.startswith(("/tmp/", str(job) + "/"))
+               and not any(Path(p) == root or Path(p).is_relative_to(root) for root in roots)]
+    assert outside == []
+    assert len(r["readable"]) >= len(etc)  # the walker did read
+    assert set(r["roots"]) <= {str(p) for p in roots}
+    assert str(sandbox.allowlist.PACKAGE) in r["roots"] and str(problems) in r["roots"]
+    # the roots themselves keep out HOME, the checkout's other files and the token: nothing holds a canary
+    for path in (*canaries, REPO / ".git", REPO / "README.md", Path.home()):
+        assert not any(path == root or path.is_relative_to(root) for root in roots), path
+    # the root holds the first folders of what is bound, and what the sandbox makes itself
+    made = {"tmp", "dev", "proc", "etc"} | {Path(link).name for _, link in allowlist.system_links()}
+    assert set(r["top"]) <= {root.parts[1] for root in [*roots, job]} | made
+    assert "home" not in r["top"] and ("root" not in r["top"] or Path(sys.base_prefix).is_relative_to("/root"))
+    for root in roots:
+        assert not allowlist.too_broad(root)
+
+
+READS_CANARIES = """
+import json, os, sys
+out = {}
+for path in sys.argv[1:]:
+    try:
+        out[path] = open(path).read()
+    except OSError as e:
+        out[path] = type(e).__name__
+print(json.dumps(out))
+"""
+
+
+@needs_bwrap
+def test_canaries_in_home_the_checkout_and_rays_token_cannot_be_read(canaries, host_dir):
+    r = run(READS_CANARIES, Policy(writable=[], hide=[]), *map(str, canaries))
+    assert set(r.values()) == {"FileNotFoundError"}, r
+
+
+NETWORK_PROBE = """
+import json, socket, sys
+ports = [int(p) for p in sys.argv[1].split(",")]
+reached, refused = [], 0
+for port in ports:
+    s = socket.socket()
+    s.settimeout(2)
+    try:
+        s.connect(("127.0.0.1", port))
+        reached.append(port)
+    except OSError:
+        refused += 1
+    finally:
+        s.close()
+listening = [ln.split()[1] for ln in open("/proc/net/tcp").read().splitlines()[1:] if ln.split()[3] == "0A"]
+print(json.dumps({"reached": reached, "refused": refused, "listening": listening}))
+"""
+
+
+def _host_listening_ports() -> list[int]:
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A":  # LISTEN
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return sorted(ports)
+
+
+@needs_bwrap
+def test_no_host_port_can_be_reached_from_the_sandbox():
+    import http.server
+    import threading
+
+    hits = []
+
+    class Dashboard(http.server.BaseHTTPRequestHandler):  # stands in for Ray's dashboard and job API
+        def do_GET(self):
+            hits.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Dashboard)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        ports = sorted({server.server_address[1], *_host_listening_ports()})
+        own = run(NETWORK_PROBE, Policy(writable=[], hide=[]), ",".join(map(str, ports)))
+        assert own["reached"] == [] and own["refused"] == len(ports) and own["listening"] == []
+        # the same probe on the host's network reaches the stand-in: the namespace is what stops it
+        port = server.server_address[1]
+        shared = run(NETWORK_PROBE, Policy(writable=[], hide=[], network=sandbox.Network.HOST), str(port))
+        assert shared["reached"] == [port]
+        assert hits == []  # connects only: nothing was asked of it
+    finally:
+        server.shutdown()
+
+
+def test_a_failing_sandbox_says_which_condition_failed_and_the_fix():
+    off = {"/proc/sys/kernel/apparmor_restrict_unprivileged_userns": "1\n"}
+    assert "AppArmor" in sandbox.diagnose("bwrap: setting up uid map: Permission denied", off, False)
+    assert "unprivileged_userns_clone=1" in sandbox.diagnose(
+        "", {"/proc/sys/kernel/unprivileged_userns_clone": "0"}, False)
+    assert "max_user_namespaces" in sandbox.diagnose("", {"/proc/sys/user/max_user_namespaces": "0\n"}, False)
+    denied = "bwrap: No permissions to create new namespace: Operation not permitted"
+    assert "seccomp=unconfined" in sandbox.diagnose(denied, {}, True)
+    assert "seccomp" not in sandbox.diagnose(denied, {}, False)
+    assert "missing inside" in sandbox.diagnose("bwrap: execvp /tmp/x/.venv/bin/python: No such file or directory",
+                                                {}, False)
