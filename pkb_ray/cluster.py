@@ -4,7 +4,8 @@
 CPU machine, so that gangs of gloo ranks are placed like GPU gangs), says where the dashboard is
 and how to open it, and checks that the cluster can hold a gang of every layout the run needs.
 :func:`announce_isolation` probes the sandbox level before anything starts. A local Ray dies with
-its driver, however the driver ends (:mod:`pkb_ray.reaper`).
+its driver, however the driver ends (:mod:`pkb_ray.reaper`). API keys stay in the driver: a local
+Ray starts without them (:func:`without_secrets`), so no worker, actor or job of it can read one.
 
 One line Ray itself prints at start is expected: ``E ... core_worker.cc ... Actor with class name:
 'MapWorker(MapBatches(BuildCuda))' ... has constructor arguments in the object store and
@@ -19,6 +20,8 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import ray
@@ -69,9 +72,40 @@ def node_gpus() -> dict[str, int]:
     return {n["NodeID"]: int(n["Resources"].get("GPU", 0)) for n in ray.nodes() if n["Alive"]}
 
 
+def secret_names(environ: Mapping[str, str], also: Iterable[str | None] = ()) -> list[str]:
+    """Names in ``environ`` that look like secrets (a word of ``sandbox.ENV_DENY_WORDS``) or are in
+    ``also`` (the API key's variable, whatever its name); never ``RAY_*``, Ray's own settings."""
+    named = {n for n in also if n}
+    return sorted(k for k in environ if not k.startswith("RAY_")
+                  and (k in named or any(w in k.upper() for w in sandbox.ENV_DENY_WORDS)))
+
+
+@contextmanager
+def without_secrets(also: Iterable[str | None] = ()) -> Iterator[list[str]]:
+    """Remove :func:`secret_names` from ``os.environ`` for the block (processes started in it, such
+    as a local Ray's, inherit none), then put them back; yields the names removed."""
+    saved = {k: os.environ.pop(k) for k in secret_names(os.environ, also)}
+    try:
+        yield sorted(saved)
+    finally:
+        os.environ.update(saved)
+
+
+def warn_secrets_in_job_env(api_key_env: str | None) -> list[str]:
+    """Warn about secret-looking ``env_vars`` of this job's runtime env: Ray hands them to every worker."""
+    env_vars = ray.get_runtime_context().runtime_env.get("env_vars") or {}
+    found = secret_names(env_vars, [api_key_env])
+    if found:
+        log.warning("the job's runtime env sets %s: Ray passes its env_vars to every worker of the job (and its "
+                    "job API shows them); give API keys to the driver's own environment instead (README: API keys "
+                    "on a cluster)", ", ".join(found))
+    return found
+
+
 def _init_ray(cfg: SweepConfig) -> None:
-    if cfg.ray.address:
+    if cfg.ray.address:  # its raylets were started elsewhere, with their own environment
         ray.init(address=cfg.ray.address)
+        warn_secrets_in_job_env(cfg.model.api_key_env)
         return
     left = reaper.clean_up(cfg.cache_path / "runs")  # what a killed driver (and its reaper) left
     if left:
@@ -80,8 +114,11 @@ def _init_ray(cfg: SweepConfig) -> None:
     if gpus is None and cfg.hardware.device == "cpu":
         gpus = cfg.hardware.gpus_per_node * cfg.hardware.nodes  # logical GPUs: gangs of gloo ranks
     # "local": a Ray of its own, even where another run's Ray is up (ray.init() would join that one)
-    context = ray.init(address="local", num_cpus=cfg.ray.num_cpus, num_gpus=gpus, resources=cfg.ray.resources or None,
-                       include_dashboard=cfg.ray.include_dashboard, log_to_driver=True, configure_logging=False)
+    # Ray's head processes inherit os.environ, its workers the raylet's: none of them gets a key
+    with without_secrets([cfg.model.api_key_env]):
+        context = ray.init(address="local", num_cpus=cfg.ray.num_cpus, num_gpus=gpus,
+                           resources=cfg.ray.resources or None, include_dashboard=cfg.ray.include_dashboard,
+                           log_to_driver=True, configure_logging=False)
     reaper.start(cfg.cache_path / "runs")  # this local Ray, gangs and ranks die with this process
     if cfg.ray.include_dashboard and getattr(context, "dashboard_url", None):
         print(dashboard_line(context.dashboard_url), file=sys.stderr, flush=True)

@@ -388,13 +388,14 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @needs_bwrap
-def test_the_file_system_is_the_allowlist_and_nothing_else(host_dir, canaries):
+@pytest.mark.parametrize("gpu", [False, True])  # on GPU /sys's device tree is shown too (NVML, NCCL's topology)
+def test_the_file_system_is_the_allowlist_and_nothing_else(host_dir, canaries, gpu):
     problems, job = host_dir / "problems", host_dir / "job"
     for d in (problems, job):
         d.mkdir()
     (problems / "p.py").write_text("x = 1")
-    policy = Policy(writable=[job], hide=[], readable=[problems])
-    roots = allowlist.visible([problems], gpu=False)
+    policy = Policy(writable=[job], hide=[], readable=[problems], gpu=gpu)
+    roots = allowlist.visible([problems], gpu=gpu)
     r = run(WALKER, policy, json.dumps([str(p) for p in roots]))
     # what the walker read outside the roots (files bound one by one are roots too): only our own
     # /etc files and the scratch

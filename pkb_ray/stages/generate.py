@@ -1,10 +1,12 @@
 """Generation: K samples per problem and backend from a chat endpoint, and refinement rounds.
 
-A Ray Data stage: the requests stream through one ``Generator`` actor (so its concurrency and
-requests-per-second limits are global), which asks the endpoint (:mod:`pkb_ray.llm`) and turns
-each reply into a sample row. Rows are written to Parquet as they arrive
-(``<generated_dir>/round=<r>/part-*.parquet``, atomically) before anything is evaluated; a run
-that names the same folder again generates only what is missing.
+It runs in the driver, not in Ray: API keys live only in the driver's environment (a local Ray
+starts without them, :mod:`pkb_ray.cluster`), so nothing a sample can reach holds one. One
+``Generator`` per call (so its concurrency and requests-per-second limits are global) asks the
+endpoint (:mod:`pkb_ray.llm`) from ``concurrency`` threads and turns each reply into a sample row.
+Rows are written to Parquet as they arrive (``<generated_dir>/round=<r>/part-*.parquet``,
+atomically) before anything is evaluated; a run that names the same folder again generates only
+what is missing.
 
 A sample row keeps in ``metadata``: the round, the raw reply, token counts, finish reason,
 latency, attempts, the endpoint's model name, the request seed, ``parent_key`` (the sample it
@@ -17,14 +19,13 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-import ray
 
 from pkb_ray.config import ModelConfig, SweepConfig
 from pkb_ray.llm import ChatClient, GenerationError, extract_code
@@ -68,15 +69,14 @@ def _key(row: dict[str, Any]) -> tuple:
 
 
 class Generator:
-    """Ray Data actor: asks the endpoint for a batch of requests, ``concurrency`` at a time."""
+    """Asks the endpoint for one request at a time (:meth:`row`); thread-safe, one client for all."""
 
-    def __init__(self, model: dict[str, Any]):
-        self.cfg = ModelConfig.model_validate(model)
-        self.client = ChatClient(self.cfg)
-        self.pool = ThreadPoolExecutor(self.cfg.concurrency)
+    def __init__(self, model: ModelConfig):
+        self.cfg = model
+        self.client = ChatClient(model)
 
-    def _one(self, req: dict[str, Any]) -> dict[str, Any]:
-        seed = None if pd.isna(req["seed"]) else int(req["seed"])  # a column of ints and None arrives as float
+    def row(self, req: dict[str, Any]) -> dict[str, Any]:
+        seed = None if pd.isna(req["seed"]) else int(req["seed"])  # None, or NaN from a DataFrame
         meta = dict.fromkeys(META_KEYS, "")
         meta.update(round=str(req["round"]), seed="" if seed is None else str(seed), parent_key=req["parent_key"],
                     feedback=req["feedback"])
@@ -96,9 +96,6 @@ class Generator:
                 source = code
         return {"problem_id": req["problem_id"], "model": req["model"], "sample_index": int(req["sample_index"]),
                 "backend": req["backend"], "source": source, "metadata": meta}
-
-    def __call__(self, batch: pd.DataFrame) -> pd.DataFrame:
-        return pd.DataFrame(list(self.pool.map(self._one, batch.to_dict("records"))))
 
 
 def write_rows(rows: list[dict[str, Any]], out_dir: Path, round_: int) -> Path:
@@ -122,18 +119,34 @@ def generate(requests: list[dict[str, Any]], cfg: SweepConfig, out_dir: Path) ->
         return reused
     log.info("generating %d samples from %s (%s), %d at a time", len(todo), cfg.model.model_id, cfg.model.base_url,
              cfg.model.concurrency)
-    ds = ray.data.from_items(todo).map_batches(
-        Generator, fn_constructor_kwargs={"model": cfg.model.model_dump(mode="json")},
-        batch_size=cfg.model.concurrency, batch_format="pandas",
-        compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0)  # one actor: the limits hold for the run
-    made = []
-    for batch in ds.iter_batches(batch_size=cfg.model.concurrency, batch_format="pandas"):
-        rows = batch.to_dict("records")
-        write_rows(rows, out_dir, int(rows[0]["metadata"]["round"]))
-        made += rows
-        errors = sum(bool(r["metadata"]["generation_error"]) for r in rows)
-        log.info("generated %d/%d samples (%d without a solution)", len(made), len(todo), errors)
+    made = _ask(Generator(cfg.model), todo, out_dir)
     return reused + made
+
+
+def _ask(gen: Generator, todo: list[dict[str, Any]], out_dir: Path) -> list[dict[str, Any]]:
+    """Rows for ``todo`` (in its order), ``concurrency`` requests at a time, written in batches as they complete."""
+    n = gen.cfg.concurrency
+    pool = ThreadPoolExecutor(n, thread_name_prefix="generate")
+    try:
+        futures = {pool.submit(gen.row, req): i for i, req in enumerate(todo)}
+        made: dict[int, dict[str, Any]] = {}
+        batch: list[dict[str, Any]] = []
+        for fut in as_completed(futures):
+            made[futures[fut]] = fut.result()
+            batch.append(made[futures[fut]])
+            if len(batch) == n or len(made) == len(todo):
+                _write_batch(batch, out_dir)
+                errors = sum(bool(r["metadata"]["generation_error"]) for r in batch)
+                log.info("generated %d/%d samples (%d without a solution)", len(made), len(todo), errors)
+                batch = []
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # on an error, the requests not yet sent are not sent
+    return [made[i] for i in range(len(todo))]
+
+
+def _write_batch(rows: list[dict[str, Any]], out_dir: Path) -> None:
+    for round_ in sorted({int(r["metadata"]["round"]) for r in rows}):
+        write_rows([r for r in rows if int(r["metadata"]["round"]) == round_], out_dir, round_)
 
 
 def refine_requests(cfg: SweepConfig, problems: dict[str, Problem], results: pd.DataFrame,
