@@ -137,12 +137,17 @@ def _wanted(readable, gpu: bool, pythonpath: str | None) -> list[Path]:
 def visible(readable: list[Path] = (), gpu: bool = False, pythonpath: str | None = None) -> list[Path]:
     """Every host path the sandbox binds read-only (besides its writable folders), links resolved,
     outermost first, none too broad: the allowlist a test walks the sandbox against."""
+    return list(_visible(tuple(map(str, readable)), gpu, pythonpath))
+
+
+@functools.lru_cache(maxsize=64)  # the same few policies, a sandbox per sample
+def _visible(readable: tuple[str, ...], gpu: bool, pythonpath: str | None) -> tuple[Path, ...]:
     out = []
     for p in _wanted(readable, gpu, pythonpath):
         real = Path(os.path.realpath(p))
         if not too_broad(real) and not any(real == o or real.is_relative_to(o) for o in out):
             out = [o for o in out if not o.is_relative_to(real)] + [real]
-    return sorted(out, key=lambda p: (len(p.parts), str(p)))
+    return tuple(sorted(out, key=lambda p: (len(p.parts), str(p))))
 
 
 def links(readable: list[Path] = (), gpu: bool = False, pythonpath: str | None = None) -> list[tuple[str, str]]:

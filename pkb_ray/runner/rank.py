@@ -22,12 +22,15 @@ import argparse
 import json
 import os
 import sys
+import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
 
 from pkb_ray.runner import protocol
 from pkb_ray.names import Status
+
+STORE_UP = "store.up"  # in the job folder: rank 0's store listens (with --host-store)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,8 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     timeout = timedelta(seconds=args.pg_timeout)
     # --host-store: the sandbox has a network of its own and rank 0 holds the rendezvous in it
     master = args.host_store and args.rank == 0
+    if args.host_store and not master:  # a client that connects before the server listens backs off for long
+        _wait_for(job_dir / STORE_UP, args.pg_timeout)
     store = dist.TCPStore(host, int(port), args.world_size, is_master=master, timeout=timeout,
                           wait_for_workers=False)
+    if master:
+        (job_dir / STORE_UP).touch()
     store = dist.PrefixStore(args.prefix, store)
     # device_id makes NCCL build its communicator now (eagerly), so a prewarmed rank set has paid for it
     eager = {"device_id": device} if device.type == "cuda" else {}
@@ -81,6 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # skip interpreter teardown: candidate threads or atexit hooks must not hang us
+
+
+def _wait_for(path: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.005)
 
 
 def local_device(device: str, visible: str | None) -> str:
