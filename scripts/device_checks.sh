@@ -14,6 +14,10 @@
 #   baselines python -m pkb_ray.baselines    every reference at its default size     -> $OUT/baselines/h200_2.json
 #   latency   scripts/measure_link_latency.py  one-way GPU-to-GPU step (ping-pong)      -> $OUT/latency.json
 #   graph     tests/test_graph_on_gpu.py     graph timing mode: captures, fallbacks, the expert kernel
+#   sandbox   tests/test_sandbox_on_gpu.py   the allowlisted sandbox with its own network on GPU: NCCL, CUDA
+#             builds, symmetric memory and the expert kernels (W=1 with one GPU); then the README's sweep
+#             at W=1 (a copy of all_reduce allowed there) with a snooping sample and a reference copy,
+#             and the sandbox's start-up                                       -> $OUT/sandbox_sweep.json
 #   graph_bench scripts/bench_kernels.py --timing-mode both --copies: kernels and reference copies,
 #             eager and graph, 4 KiB..256 MiB (KERNELS=problem/file.py,... limits it) -> $OUT/kernels_graph.json
 # On a 4- or 8-GPU machine (issue 10), with W=4 or W=8 (kind nvidia-h200-x4 / -x8):
@@ -43,6 +47,13 @@ for step in $STEPS; do
     bench)     timeout 420 python3 scripts/bench_kernels.py --device cuda --timeout 30 --out "$OUT/kernels.json" 2>&1 | grep -v Warning ;;
     latency)   timeout 120 torchrun --standalone --nproc_per_node=2 scripts/measure_link_latency.py \
                  --out "$OUT/latency.json" 2>&1 | tail -30 ;;
+    sandbox)   timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_sandbox_on_gpu.py 2>&1 | tail -30
+               mkdir -p /tmp/w1 && sed 's/world_sizes=dict(min=2)/world_sizes=dict(min=1)/' problems/all_reduce.py > /tmp/w1/all_reduce.py
+               python3 -c "import json; from pkb_ray.problem import load_problems; src = [open('tests/samples/snoops_on_host.py').read(), load_problems('/tmp/w1')['all_reduce'].source()]; open('/tmp/w1.jsonl', 'w').write(''.join(json.dumps(dict(problem_id='all_reduce', model='snoop', sample_index=i, backend='torch', source=s, metadata={})) + chr(10) for i, s in enumerate(src)))"
+               timeout 240 python3 -m pkb_ray.sweep problems_dir=/tmp/w1 hardware=h200_2 'hardware.world_sizes=[1]' \
+                 hardware.gpus_per_node=1 eval=gpu model.samples=/tmp/w1.jsonl wandb=disabled ray.include_dashboard=false \
+                 hydra.run.dir=/tmp/w1_run cache_dir=/tmp/pkb_cache 2>&1 | tail -12
+               python3 -c "import json; from pkb_ray.results import read_results; df = read_results('/tmp/w1_run/results'); print(json.dumps(df[['sample_index', 'status', 'speedup', 'isolation', 'message']].to_dict('records'), default=str))" | tee "$OUT/sandbox_sweep.json" ;;
     graph)     timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_graph_on_gpu.py 2>&1 | tail -40 ;;
     graph_bench) timeout 540 python3 scripts/bench_kernels.py --device cuda --timing-mode both --copies --timeout 40 \
                  ${KERNELS:+--only "$KERNELS"} --out "$OUT/kernels_graph.json" 2>&1 | grep -v Warning ;;
