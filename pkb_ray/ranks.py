@@ -110,13 +110,14 @@ def wait_for(step: str, ranks: list[int], collect, phases, deadline: float, sinc
 
 @dataclass(frozen=True)
 class Isolation:
-    """How a rank set is isolated: the probed level (see :func:`pkb_ray.sandbox.probe`), the host
-    paths its ranks must not see, those bound back read-only inside them, and the limits. Plain
-    data, so that a spread gang can send it to the other nodes' hosts."""
+    """How a rank set is isolated: the probed level (see :func:`pkb_ray.sandbox.probe`), the folders
+    its ranks may read besides the system allowlist (:mod:`pkb_ray.allowlist`), those they may
+    write, the paths masked should a shown folder hold them, and the limits. Plain data, so that a
+    spread gang can send it to the other nodes' hosts."""
 
     level: str = sandbox.Isolation.NONE.value
-    hide: tuple[str, ...] = ()
-    readable: tuple[str, ...] = ()
+    hide: tuple[str, ...] = ()  # masked where a shown folder holds them (results, secrets, the cache's key)
+    readable: tuple[str, ...] = ()  # problem folders, a PKB checkout, build caches
     writable: tuple[str, ...] = ()  # besides the rank set's own job folder
     gpu: bool = False
 
