@@ -70,6 +70,7 @@ def test_the_readme_sweep_runs_from_tmp_and_a_snooping_sample_finds_nothing(tmp_
         dashboard.close()
         shutil.rmtree(clone, ignore_errors=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Ray dashboard: http://" in proc.stderr  # Ray's dashboard and job API were up on the host's loopback
     df = read_results(run_dir / "results")
     assert sorted(df["status"]) == ["correct", "correct"], df["message"].tolist()
     assert not df["message"].fillna("").str.contains(token).any()
