@@ -150,12 +150,13 @@ def _visible(readable: tuple[str, ...], gpu: bool, pythonpath: str | None) -> tu
     return tuple(sorted(out, key=lambda p: (len(p.parts), str(p))))
 
 
-def links(readable: list[Path] = (), gpu: bool = False, pythonpath: str | None = None) -> list[tuple[str, str]]:
-    """(target, link) for each allowlisted path that is itself a link (``/etc/localtime``, a
-    prefix reached through a link) and lies outside the bound folders: made as a link inside."""
+def aliases(readable: list[Path] = (), gpu: bool = False, pythonpath: str | None = None) -> list[tuple[str, str]]:
+    """(real path, path) for each allowlisted path reached through a link (``/etc/localtime``; a
+    venv under a HOME that links to another disk) and outside the bound folders: the sandbox shows
+    it at its own path too, so the interpreter and PYTHONPATH find what they name."""
     roots = visible(readable, gpu, pythonpath)
     return [(os.path.realpath(p), str(p)) for p in _wanted(readable, gpu, pythonpath)
-            if os.path.islink(p) and not too_broad(p) and not any(p.is_relative_to(r) for r in roots)]
+            if os.path.realpath(p) != str(p) and not too_broad(p) and not any(p.is_relative_to(r) for r in roots)]
 
 
 def etc_files(own_network: bool) -> dict[str, Path]:

@@ -324,8 +324,8 @@ def command(argv: list[str], policy: Policy, probe: Probe, *, cwd_in_sandbox: st
              "--remount-ro", "/dev"]  # /dev's own tmpfs would otherwise be an unbounded scratch
     mounts, hidden = _mounts(policy)
     args += mounts
-    for target, link in allowlist.links(list(policy.readable), policy.gpu):
-        args += ["--symlink", target, link]
+    for real, path in allowlist.aliases(list(policy.readable), policy.gpu):  # bound there too, read-only
+        args += ["--ro-bind", real, path]
     for inside, host in allowlist.etc_files(own).items():
         args += ["--ro-bind", str(host), inside]
     for folder in hidden:

@@ -402,6 +402,7 @@ def test_the_file_system_is_the_allowlist_and_nothing_else(host_dir, canaries, g
     # what the walker read outside the roots (files bound one by one are roots too): only our own
     # /etc files and the scratch
     etc = {str(p) for p in allowlist.etc_files(own_network=True)}
+    etc |= {path for _, path in allowlist.aliases([problems], gpu=gpu)}  # shown at their own paths too
     outside = [p for p in r["readable"] if p not in etc and not p.startswith(("/tmp/", str(job) + "/"))
                and not any(Path(p) == root or Path(p).is_relative_to(root) for root in roots)]
     assert outside == []
@@ -509,3 +510,16 @@ def test_a_failing_sandbox_says_which_condition_failed_and_the_fix():
     assert "seccomp" not in sandbox.diagnose(denied, {}, False)
     assert "missing inside" in sandbox.diagnose("bwrap: execvp /tmp/x/.venv/bin/python: No such file or directory",
                                                 {}, False)
+
+
+@needs_bwrap
+def test_a_folder_reached_through_a_link_is_shown_at_its_own_path_too(host_dir):
+    # e.g. HOME on another disk, /home/u -> /data/home/u, with the venv or problems under it
+    (host_dir / "disk" / "problems").mkdir(parents=True)
+    (host_dir / "disk" / "problems" / "p.py").write_text("x = 1")
+    (host_dir / "home").symlink_to(host_dir / "disk")
+    via_link = host_dir / "home" / "problems"
+    code = "import json, sys; print(json.dumps([open(p).read() for p in sys.argv[1:]]))"
+    r = run(code, Policy(writable=[], hide=[], readable=[via_link]), str(via_link / "p.py"),
+            str(host_dir / "disk" / "problems" / "p.py"))
+    assert r == ["x = 1", "x = 1"]

@@ -43,6 +43,7 @@ def test_a_gpu_sandbox_shows_only_the_allowlist():
     roots = allowlist.visible([], gpu=True)
     r = run(WALKER, policy, json.dumps([str(p) for p in roots]))
     etc = {str(p) for p in allowlist.etc_files(own_network=True)}
+    etc |= {path for _, path in allowlist.aliases([], gpu=True)}  # shown at their own paths too
     outside = [p for p in r["readable"] if p not in etc and not p.startswith("/tmp/")
                and not any(Path(p) == root or Path(p).is_relative_to(root) for root in roots)]
     assert outside == []
