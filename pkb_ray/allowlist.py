@@ -64,11 +64,7 @@ def in_checkout() -> bool:
 
 
 def _existing(paths) -> list[Path]:
-    out = []
-    for p in paths:
-        if p and os.path.exists(p):
-            out.append(Path(os.path.abspath(p)))
-    return out
+    return [Path(os.path.abspath(p)) for p in paths if p and os.path.exists(p)]
 
 
 def system_links() -> list[tuple[str, str]]:

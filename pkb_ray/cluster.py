@@ -73,11 +73,10 @@ def node_gpus() -> dict[str, int]:
 
 
 def secret_names(environ: Mapping[str, str], also: Iterable[str | None] = ()) -> list[str]:
-    """Names in ``environ`` that look like secrets (a word of ``sandbox.ENV_DENY_WORDS``) or are in
+    """Names in ``environ`` that look like secrets (:func:`pkb_ray.sandbox.looks_secret`) or are in
     ``also`` (the API key's variable, whatever its name); never ``RAY_*``, Ray's own settings."""
     named = {n for n in also if n}
-    return sorted(k for k in environ if not k.startswith("RAY_")
-                  and (k in named or any(w in k.upper() for w in sandbox.ENV_DENY_WORDS)))
+    return sorted(k for k in environ if not k.startswith("RAY_") and (k in named or sandbox.looks_secret(k)))
 
 
 @contextmanager

@@ -411,17 +411,19 @@ def preexec(policy: Policy, probe: Probe, slot: CgroupSlot | None = None) -> Cal
     return apply
 
 
+def looks_secret(name: str) -> bool:
+    """The name of an environment variable that may hold a credential (KEY, TOKEN, SECRET, ...)."""
+    return any(word in name.upper() for word in ENV_DENY_WORDS)
+
+
 def child_env(environ: Mapping[str, str], extra: Mapping[str, str], level: Isolation) -> dict[str, str]:
     """The allowlisted part of ``environ``, plus ``extra`` (ours: no allowlist, but never a secret's name).
 
     At every level: secrets never pass. In a sandbox HOME and TMPDIR point into the scratch."""
-    def denied(name: str) -> bool:
-        return any(word in name.upper() for word in ENV_DENY_WORDS)
-
     env = {k: v for k, v in environ.items()
-           if (k in ENV_ALLOW or k.startswith(ENV_ALLOW_PREFIXES)) and not denied(k)}
+           if (k in ENV_ALLOW or k.startswith(ENV_ALLOW_PREFIXES)) and not looks_secret(k)}
     for k, v in extra.items():
-        if denied(k):
+        if looks_secret(k):
             raise ValueError(f"sandbox: refusing to pass {k} to a rank (its name looks like a secret)")
         env[k] = v
     if Isolation(level) is Isolation.SANDBOX:

@@ -78,3 +78,35 @@ def rank_processes_left(under: Path, within_s: float = 10.0, clean: bool = False
     while (left := rank_processes(under, clean)) and time.monotonic() < deadline:
         time.sleep(0.1)
     return left
+
+
+class StandIn:
+    """A loopback HTTP server standing in for Ray's dashboard and job API; counts connections."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        self.connections = 0
+        outer = self
+
+        class Server(http.server.ThreadingHTTPServer):
+            def verify_request(self, request, client_address):
+                outer.connections += 1
+                return True
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b'{"jobs": []}')
+
+            def log_message(self, *args):
+                pass
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()

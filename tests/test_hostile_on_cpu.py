@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HOSTILE, REPO, pid_alive, rank_processes_left
+from conftest import HOSTILE, REPO, StandIn, pid_alive, rank_processes_left
 from pkb_ray.schema import Sample, Status
 
 BIG = {"numel": 1 << 20}  # ~ms per gloo all-reduce: long enough for the parent's bracket to matter
@@ -208,38 +208,6 @@ def _processes_with(marker: str, within_s: float = 10.0) -> list[int]:
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.1)
-
-
-class StandIn:
-    """A loopback HTTP server standing in for Ray's dashboard and job API; counts connections."""
-
-    def __init__(self):
-        import http.server
-        import threading
-
-        self.connections = 0
-        outer = self
-
-        class Server(http.server.ThreadingHTTPServer):
-            def verify_request(self, request, client_address):
-                outer.connections += 1
-                return True
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                self.send_response(200)
-                self.end_headers()
-                self.wfile.write(b'{"jobs": []}')
-
-            def log_message(self, *args):
-                pass
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
 
 
 def test_a_sample_reads_no_host_file_and_reaches_no_host_port(make_harness, monkeypatch, tmp_path):

@@ -373,6 +373,17 @@ print(json.dumps({"readable": readable, "roots": sorted(set(seen_dirs)), "top": 
 """
 
 
+def outside_allowlist(readable: list[str], roots: list[Path], shown: list[Path], gpu: bool,
+                      job: Path | None = None) -> list[str]:
+    """What a walk read outside the allowlist's roots (files bound one by one are roots too), besides
+    our own /etc files, the paths shown at their own place too, and the scratch."""
+    extra = {str(p) for p in allowlist.etc_files(own_network=True)}
+    extra |= {path for _, path in allowlist.aliases(shown, gpu=gpu)}
+    scratch = ("/tmp/", *([str(job) + "/"] if job else []))
+    return [p for p in readable if p not in extra and not p.startswith(scratch)
+            and not any(Path(p) == root or Path(p).is_relative_to(root) for root in roots)]
+
+
 @pytest.fixture
 def canaries(host_dir):
     """Secrets where a user keeps them: in HOME, in the checkout, in Ray's token file."""
@@ -399,14 +410,8 @@ def test_the_file_system_is_the_allowlist_and_nothing_else(host_dir, canaries, g
     policy = Policy(writable=[job], hide=[], readable=[problems], gpu=gpu)
     roots = allowlist.visible([problems], gpu=gpu)
     r = run(WALKER, policy, json.dumps([str(p) for p in roots]))
-    # what the walker read outside the roots (files bound one by one are roots too): only our own
-    # /etc files and the scratch
-    etc = {str(p) for p in allowlist.etc_files(own_network=True)}
-    etc |= {path for _, path in allowlist.aliases([problems], gpu=gpu)}  # shown at their own paths too
-    outside = [p for p in r["readable"] if p not in etc and not p.startswith(("/tmp/", str(job) + "/"))
-               and not any(Path(p) == root or Path(p).is_relative_to(root) for root in roots)]
-    assert outside == []
-    assert len(r["readable"]) >= len(etc)  # the walker did read
+    assert outside_allowlist(r["readable"], roots, [problems], gpu, job) == []
+    assert len(r["readable"]) >= len(allowlist.etc_files(own_network=True))  # the walker did read
     assert set(r["roots"]) <= {str(p) for p in roots}
     assert str(sandbox.allowlist.PACKAGE) in r["roots"] and str(problems) in r["roots"]
     # the roots themselves keep out HOME, the checkout's other files and the token: nothing holds a canary

@@ -18,7 +18,7 @@ from pkb_ray.config import EvalConfig, HardwareConfig
 from pkb_ray.harness import Harness
 from pkb_ray.samples import read_samples
 from pkb_ray.schema import Sample, Status
-from test_sandbox_on_cpu import WALKER, run
+from test_sandbox_on_cpu import WALKER, outside_allowlist, run
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 W = min(2, torch.cuda.device_count()) if torch.cuda.is_available() else 0
@@ -42,11 +42,7 @@ def test_a_gpu_sandbox_shows_only_the_allowlist():
     policy = sandbox.Policy(writable=[], hide=[], gpu=True)
     roots = allowlist.visible([], gpu=True)
     r = run(WALKER, policy, json.dumps([str(p) for p in roots]))
-    etc = {str(p) for p in allowlist.etc_files(own_network=True)}
-    etc |= {path for _, path in allowlist.aliases([], gpu=True)}  # shown at their own paths too
-    outside = [p for p in r["readable"] if p not in etc and not p.startswith("/tmp/")
-               and not any(Path(p) == root or Path(p).is_relative_to(root) for root in roots)]
-    assert outside == []
+    assert outside_allowlist(r["readable"], roots, [], gpu=True) == []
 
 
 def test_nccl_and_a_copy_run_in_the_sandboxs_own_network(harness, problems):

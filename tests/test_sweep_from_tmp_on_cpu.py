@@ -16,8 +16,7 @@ import sysconfig
 import uuid
 from pathlib import Path
 
-from conftest import HOSTILE, REPO
-from test_hostile_on_cpu import StandIn
+from conftest import HOSTILE, REPO, StandIn
 from pkb_ray.problem import load_problems
 from pkb_ray.results import read_results
 
