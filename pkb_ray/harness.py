@@ -18,6 +18,7 @@ with its status; nothing raises out of :meth:`Harness.evaluate` for a bad sample
 from __future__ import annotations
 
 import functools
+import json
 import os
 import platform
 import signal
@@ -29,6 +30,8 @@ import torch
 
 from pkb_ray import sandbox
 from pkb_ray.config import EvalConfig, HardwareConfig
+from pkb_ray.deadlines import MARGIN_S, Deadline
+from pkb_ray.interference import RefTimes, slowed
 from pkb_ray.cuda import DEFAULT_ARCH, ENV_ARCH, ENV_CACHE, ENV_TIMEOUT
 from pkb_ray.names import EvalPhase, TimingMode
 from pkb_ray.problem import Problem, Tolerance, Traffic, sol_time_us
@@ -36,7 +39,7 @@ from pkb_ray.rank_pool import CleanRanks, RankPool
 from pkb_ray.ranks import Isolation, Ranks, RankSet, StepOutcome
 from pkb_ray.reference_store import default_key_file
 from pkb_ray.references import ReferenceChanged, ReferenceFailed, References, base_seeds, trial_seeds
-from pkb_ray.rounds import RoundDriver, Timing
+from pkb_ray.rounds import CleanSetFailed, RoundDriver, Timing
 from pkb_ray.runner.extensions import arch_list
 from pkb_ray.runner.protocol import Step
 from pkb_ray.schema import Result, Sample, Status, TrialRecord, Where
@@ -137,6 +140,8 @@ class Harness:
                              eval_cfg.startup_timeout_s)
         self.clean = CleanRanks(self._spawn, self.work_dir, eval_cfg.startup_timeout_s)
         self.references = References(cache_dir / "references", self.clean, eval_cfg.timeout_s)
+        self._quiet: dict[tuple, RefTimes] = {}  # (problem, dtype, size, mode, k) -> the reference alone
+        self.deadline_epoch: float | None = None  # by when (time.time()) this gang answers: the pool's watch
         # where load_cuda in a rank finds what the compile stage built (pkb_ray.cuda), and the
         # profile's NCCL settings (network interfaces between nodes, transports)
         self._rank_env = {ENV_ARCH: hardware.arch or DEFAULT_ARCH, ENV_CACHE: str(cache_dir / "cuda"),
@@ -154,7 +159,7 @@ class Harness:
         # so a hang is reported as a timeout, not as the crash NCCL's watchdog would make of it
         return self._launcher(backend=self.hardware.backend, job_dir=job_dir, pg_timeout_s=self.cfg.timeout_s + 15.0,
                               num_threads=threads, multicast=self.hardware.nvlink_multicast, env=self._rank_env,
-                              isolation=self._isolation[role])
+                              isolation=self._isolation[role], role=role)
 
     def prewarm(self) -> None:
         self.pool.prewarm()
@@ -178,23 +183,86 @@ class Harness:
                       versions=self.versions, isolation=self.isolation, gang=self.name)
         ensure = functools.partial(self.references.ensure, problem, len(self.devices), dtype, knobs,
                                    trial_seeds(self.cfg), self.hardware.device, nodes=self.nodes)
-        expected = ensure()
-        common["message_bytes"] = expected.message_bytes
-        clock.lap(EvalPhase.REFERENCE)
-        ranks = self.pool.take()
+        attempt = functools.partial(self._attempt, sample, problem, dtype, knobs, clock, ensure)
         try:
-            if not self.cfg.quiet_timing:
-                self.pool.prewarm()
-            fields = self._run(sample, problem, ranks, dtype, knobs, expected, clock, ensure)
+            self._expect_within(self.cfg.startup_timeout_s + self.cfg.timeout_s)  # the reference, the ranks' start
+            expected = ensure()
+            common["message_bytes"] = expected.message_bytes
+            clock.lap(EvalPhase.REFERENCE)
+            fields = self._judge_interference(attempt(expected), attempt, expected, problem, dtype, knobs)
         finally:
-            self.pool.retire(ranks)
-            clock.lap(EvalPhase.CLEANUP)
+            self.deadline_epoch = None
         verdict = fields.pop("verdict")
+        fields.pop("timing", None)
         return Result.for_sample(sample, verdict.status, verdict.message, failed_rank=verdict.rank, started_at=started,
                                  finished_at=datetime.now(timezone.utc), eval_seconds=time.monotonic() - t0,
                                  phase_seconds=clock.laps, **common, **fields)
 
+    def _expect_within(self, seconds: float) -> None:
+        """Tell the gang pool's watch by when this gang answers (:data:`deadline_epoch`)."""
+        self.deadline_epoch = time.time() + seconds + MARGIN_S
+
+    def _attempt(self, sample, problem, dtype, knobs, clock, ensure, expected) -> dict:
+        """One evaluation on a fresh candidate rank set, killed (its whole sandbox) whatever happened."""
+        ranks = self.pool.take()
+        try:
+            if not self.cfg.quiet_timing:
+                self.pool.prewarm()
+            return self._run(sample, problem, ranks, dtype, knobs, expected, clock, ensure)
+        except CleanSetFailed as exc:  # the evaluator's fault: a fresh clean set for the next sample
+            self.clean.fail()
+            raise ReferenceFailed(str(exc)) from None
+        finally:
+            self.pool.retire(ranks)
+            clock.lap(EvalPhase.CLEANUP)
+
+    def _judge_interference(self, fields: dict, attempt, expected, problem, dtype, knobs) -> dict:
+        """A correct sample beside which the reference ran slower than alone: measured against a
+        fresh quiet baseline, then evaluated once more; slowed again, it is tampering
+        (:mod:`pkb_ray.interference`)."""
+        key = (problem.id, dtype, json.dumps(knobs, sort_keys=True))
+        base = {"problem_path": str(problem.path), "dtype": dtype, "size": knobs}
+        if self._slowed(fields, key, base) and self._slowed(fields, key, base, fresh=True):
+            first = self._slowed(fields, key, base)
+            fields = attempt(expected)
+            again = self._slowed(fields, key, base)
+            if again:
+                fields["verdict"] = Verdict(Status.TAMPERING, "the reference ran slower beside this sample than alone, "
+                                            f"in two evaluations (interference): {first}; again: {again}")
+        return fields
+
+    def _slowed(self, fields: dict, key: tuple, base: dict, fresh: bool = False) -> str:
+        """Why the reference ran materially slower in this evaluation's rounds than in the quiet
+        baseline of its mode and calls per region (measured now if ``fresh`` or missing), or ""."""
+        timing = fields.get("timing")
+        if timing is None or fields["verdict"].status is not Status.CORRECT:
+            return ""
+        for mode in timing.modes:
+            during = RefTimes.of(timing.of(mode))
+            if during is None:
+                continue
+            slot = (*key, mode, during.k)
+            if fresh or slot not in self._quiet:
+                self._quiet[slot] = self._quiet_baseline(base, mode, during.k)
+            found = slowed(during, self._quiet[slot])
+            if found:
+                return f"{mode}: {found}"
+        return ""
+
+    def _quiet_baseline(self, base: dict, mode: str, k: int) -> RefTimes:
+        """The reference's regions timed by the clean set with no candidate alive."""
+        self.pool.settle()  # the last candidate's set gone, the next ones started and idle
+        self._expect_within(self.cfg.timeout_s)
+        driver = RoundDriver(None, self.clean.get(), base, self.cfg, self.work_dir, base_seeds(self.cfg),
+                             Deadline.after(self.cfg.timeout_s))
+        try:
+            return RefTimes.of(driver.quiet(mode, k))
+        except CleanSetFailed as exc:
+            self.clean.fail()
+            raise ReferenceFailed(str(exc)) from None
+
     def _run(self, sample, problem, ranks, dtype, knobs, expected, clock, ensure) -> dict:
+        self._expect_within(self.cfg.startup_timeout_s)
         ready = ranks.wait_ready(self.cfg.startup_timeout_s)
         if not ready.ok:
             raise RuntimeError(f"rank processes did not start: {describe(ready, ranks)}")
@@ -207,11 +275,14 @@ class Harness:
         base = {"problem_path": str(problem.path), "dtype": dtype, "size": knobs}
         # a sample that builds its extensions on the rank (PKB's load_inline) gets the build's time too
         builds = sample.metadata.get("format") == "pkb"
+        # from here the sample's own deadline: every wait below ends by it (the clean set's by it plus the margin)
+        deadline = Deadline.after(self.cfg.timeout_s + (self.cfg.inline_build_timeout_s if builds else 0.0))
+        self._expect_within(deadline.budget_s + MARGIN_S)
         outcome = ranks.run({**base, "step": Step.TRIALS, "candidate_path": str(candidate), "seeds": expected.seeds,
                              "structure": expected.structure, "out_dir": str(out_dir),
                              "prebuilt": sample.metadata.get("torch_extensions", ""),
                              "arch_list": arch_list(self.hardware.arch or DEFAULT_ARCH)},
-                            self.cfg.timeout_s + (self.cfg.inline_build_timeout_s if builds else 0.0))
+                            deadline.left())
         clock.lap(EvalPhase.TRIALS)
         rank_builds = {"rank_builds": max((int(rep.get("rank_builds") or 0) for rep in outcome.reports.values()),
                                           default=None)} if builds else {}
@@ -220,10 +291,10 @@ class Harness:
             return {"verdict": found, "pkb_verdict": False, **rank_builds}
         tol = self.tolerance(problem, dtype)
         try:
-            checks = self.references.check_trials(base, expected, out_dir, tol)
+            checks = self.references.check_trials(base, expected, out_dir, tol, deadline.left(margin=MARGIN_S))
         except ReferenceChanged:  # changed on disk since verified (a sample outside a sandbox?): recompute
             expected = ensure()
-            checks = self.references.check_trials(base, expected, out_dir, tol)
+            checks = self.references.check_trials(base, expected, out_dir, tol, deadline.left(margin=MARGIN_S))
         trials = [TrialRecord(seed=c["id"], rank=r, ok=c["ok"], message=f"{c['where']}: {c['message']}" if c["message"]
                               else "", max_abs_error=c["max_abs_error"]) for r, rep in sorted(checks.items())
                   for c in rep["checks"]]
@@ -235,22 +306,23 @@ class Harness:
             return {"verdict": found, "trials": trials, **pkb}
         self.pool.quiet()
         clock.lap(EvalPhase.QUIET)
-        timing, kept = self._confirmed_rounds(ranks, base)
+        timing, kept = self._confirmed_rounds(ranks, base, deadline)
         clock.lap(EvalPhase.TIMING)
         if timing.failed:
             found = step_verdict(timing.failed, ranks, prefix=f"during timing ({timing.what}): ")
             return {"verdict": found or tampering(timing.failed.reports), "trials": trials, **pkb}
-        found = next((v for g in timing.regions if (v := tampering(g.reports))), None)
+        found = tampering(timing.watched) or next((v for g in timing.regions if (v := tampering(g.reports))), None)
         if found:
             return {"verdict": found, "trials": trials, **pkb}
-        timed = self.references.check_timed(base, timing.picks, kept, tol, base_seeds(self.cfg))
+        timed = self.references.check_timed(base, timing.picks, kept, tol, base_seeds(self.cfg),
+                                            deadline.left(margin=MARGIN_S))
         clock.lap(EvalPhase.TIMED_CHECK)
         trials += [TrialRecord(kind="timed", seed=c["id"], rank=r, ok=c["ok"], max_abs_error=c["max_abs_error"],
                                message=f"{c['where']}: {c['message']}" if c["message"] else "")
                    for r, rep in sorted(timed.items()) for c in rep["checks"]]
         fields = self._timing_fields(problem, dtype, knobs, timing, trials, expected.traffic)
         found = timed_verdict(timing.regions, timed, timing.picks, device)
-        return {**fields, **pkb, "verdict": found or Verdict(Status.CORRECT, "")}
+        return {**fields, **pkb, "verdict": found or Verdict(Status.CORRECT, ""), "timing": timing}
 
     def tolerance(self, problem: Problem, dtype: str) -> Tolerance:
         """The problem's tolerance for ``dtype``, unless ``eval.tolerances`` overrides it."""
@@ -259,7 +331,7 @@ class Harness:
             return problem.tolerance(dtype)
         return Tolerance(atol=override.atol, rtol=override.rtol, reason="set by eval.tolerances")
 
-    def _confirmed_rounds(self, ranks: Ranks, base: dict) -> tuple[Timing, Path]:
+    def _confirmed_rounds(self, ranks: Ranks, base: dict, deadline: Deadline) -> tuple[Timing, Path]:
         """The timing rounds (and the folder their picked outputs are kept in), run a second time
         when the first look forged (hidden time, :func:`pkb_ray.verdict.forged_time`): a burst of
         load on a busy machine can look like hidden time once, a forger hides it every time. The
@@ -267,7 +339,7 @@ class Harness:
         for attempt in ("kept", "kept_again"):
             kept = ranks.job_dir / attempt
             kept.mkdir()
-            timing = RoundDriver(ranks, base, self.cfg, kept, base_seeds(self.cfg)).run()
+            timing = RoundDriver(ranks, self.clean.get(), base, self.cfg, kept, base_seeds(self.cfg), deadline).run()
             if timing.failed or not forged_time(timing.regions):
                 break
         return timing, kept

@@ -29,6 +29,16 @@ class Status(str, Enum):
         return self.value
 
 
+class Side(str, Enum):
+    """Which function a timed region calls: the reference (timed by the clean rank set) or the candidate."""
+
+    REF = "ref"
+    CAND = "cand"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class Backend:
     """What a sample is written in (its ``backend``); each is a Python module defining solution(...)."""
 

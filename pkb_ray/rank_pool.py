@@ -76,6 +76,17 @@ class RankPool:
                 self._ahead.remove(ranks)
                 self.retire(ranks)
 
+    def settle(self, timeout_s: float = 30.0) -> None:
+        """Until no retired set is still dying and no prewarmed one still starting: nothing of a
+        candidate alive, nothing loading the devices (for the quiet baseline of a reference)."""
+        for thread in self.reapers:
+            thread.join(timeout=timeout_s)
+        self.reapers[:] = [t for t in self.reapers if t.is_alive()]
+        for ranks in list(self._ahead):
+            if not ranks.wait_ready(self.startup_timeout_s).ok:
+                self._ahead.remove(ranks)
+                self.retire(ranks)
+
     def retire(self, ranks: Ranks) -> None:
         retire(ranks, self.reapers)
 

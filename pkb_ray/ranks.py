@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import torch.distributed as dist
 
 from pkb_ray import allowlist, sandbox
+from pkb_ray.freezer import Freezer
 from pkb_ray.runner import protocol
 from pkb_ray.runner.launch import read_exit
 from pkb_ray.runner.protocol import Step
@@ -145,6 +146,10 @@ class Ranks(Protocol):
 
     def log_tail(self, rank: int, chars: int = LOG_TAIL_CHARS) -> str: ...  # the end of a rank's output
 
+    def freeze(self, timeout_s: float) -> bool: ...  # stop every process of the set (False: not in time)
+
+    def thaw(self) -> None: ...  # resume them
+
     def signal_kill(self) -> None: ...  # SIGKILL to every rank, without waiting
 
     def kill(self) -> None: ...  # kill and reap every rank
@@ -169,7 +174,9 @@ class RankSet:
         store_addr: str | None = None,
         prefix: str | None = None,
         isolation: Isolation = Isolation(),
+        role: str = "candidate",
     ):
+        """``role``: ``clean`` for a set that never imports a candidate (the reference, the checks)."""
         self.world_size = world_size or len(devices)
         self.ranks = list(range(first_rank, first_rank + len(devices)))
         self.job_dir = Path(job_dir)
@@ -190,7 +197,7 @@ class RankSet:
         child = child_env(env, num_threads, multicast=multicast, collective_timeout_s=pg_timeout_s, isolation=level)
         rank_argv = [sys.executable, "-m", "pkb_ray.runner.rank", "--world-size", str(self.world_size),
                      "--store", store_addr, "--prefix", prefix, "--backend", backend, "--job-dir", str(self.job_dir),
-                     "--pg-timeout", str(pg_timeout_s), "--num-threads", str(num_threads),
+                     "--pg-timeout", str(pg_timeout_s), "--num-threads", str(num_threads), "--role", role,
                      *(["--host-store"] if own_network else [])]
         reads, self._pipes = [], []
         for _ in self.ranks:
@@ -211,6 +218,7 @@ class RankSet:
         for r in reads:
             os.close(r)
         self.isolation = probe.describe()
+        self.freezer = Freezer(self.proc.pid, self._slot.path)
         self.started_at = time.monotonic()
         self.closed = False
 
@@ -272,6 +280,13 @@ class RankSet:
         except OSError:
             return ""
         return data[-chars:].decode(errors="replace").strip()
+
+    def freeze(self, timeout_s: float) -> bool:
+        """Stop every process of the sandbox (see :mod:`pkb_ray.freezer`)."""
+        return self.freezer.freeze(timeout_s)
+
+    def thaw(self) -> None:
+        self.freezer.thaw()
 
     def close(self, grace_s: float = 1.0) -> None:
         """Ask the ranks to exit; kill the sandbox if it is still there."""

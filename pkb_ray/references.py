@@ -112,25 +112,28 @@ class References:
         finally:
             shutil.rmtree(staged, ignore_errors=True)
 
-    def check_trials(self, base: dict, expected: Expected, actual_dir: Path, tol: Tolerance) -> dict[int, dict]:
+    def check_trials(self, base: dict, expected: Expected, actual_dir: Path, tol: Tolerance,
+                     timeout_s: float | None = None) -> dict[int, dict]:
         """Per rank: the clean set's comparison of each trial's outputs and inputs after the call."""
         cmd = {**base, "step": Step.CHECK_TRIALS, "seeds": expected.seeds, "expected_dir": str(expected.entry),
                "expected_sha256": expected.sha256, "actual_dir": str(actual_dir),
                "tolerance": {"atol": tol.atol, "rtol": tol.rtol}}
-        return self._run(cmd, "checking the trials").reports
+        return self._run(cmd, "checking the trials", timeout_s).reports
 
     def check_timed(self, base: dict, picks: dict[int, dict], kept_dir: Path, tol: Tolerance,
-                    seeds: list[int]) -> dict[int, dict]:
+                    seeds: list[int], timeout_s: float | None = None) -> dict[int, dict]:
         """Per rank: the clean set's recomputation and comparison of the picked timed calls."""
         if not picks:
             return {}
         cmd = {**base, "step": Step.CHECK_TIMED, "picks": list(picks.values()), "seeds": list(picks), "base_seeds": seeds,
                "actual_dir": str(kept_dir), "tolerance": {"atol": tol.atol, "rtol": tol.rtol}}
-        return self._run(cmd, "checking the timed calls").reports
+        return self._run(cmd, "checking the timed calls", timeout_s).reports
 
-    def _run(self, cmd: dict, what: str) -> StepOutcome:
+    def _run(self, cmd: dict, what: str, timeout_s: float | None = None) -> StepOutcome:
+        """``cmd`` on the clean set, within ``timeout_s`` (a sample's deadline plus the margin; by
+        default eval.timeout_s); a set that fails or does not answer is restarted."""
         ranks = self.clean.get()
-        outcome = ranks.run(cmd, self.timeout_s)
+        outcome = ranks.run(cmd, self.timeout_s if timeout_s is None else timeout_s)
         changed = [rep for rep in outcome.reports.values() if rep.get("status") == "reference_changed"]
         if changed:  # the set itself is fine; the entry is not (ensure() will find it so and recompute)
             log.warning("%s: %s", what, changed[0].get("message"))

@@ -1,11 +1,17 @@
 """The timing step of one sample, driven region by region from the parent (the convention is in
 :mod:`pkb_ray.timing`; this is its parent side).
 
+Two rank sets take turns on the same devices: the gang's clean set times the reference, the
+sample's own set the candidate. Before every step of the clean set, every process of the
+candidate's sandbox is stopped (:meth:`pkb_ray.ranks.Ranks.freeze`), and resumed after it: while
+the reference runs, nothing the candidate patched, registered or started can run or touch it.
+
 For every region the parent draws a fresh nonce (the calls' inputs), sends the command, and
-brackets it with its own clock until the last rank reports. After a timed region the rank's
-report commits to every output; only then does the parent say (a ``keep`` step, outside every
-bracket) that this region is one of the ``spot_checks`` picked per side (chosen at random
-before the first region, never sent to the ranks) and which call's output to hand over.
+brackets it with its own clock until the last rank reports. After a timed candidate region the
+rank's report commits to every output; only then does the parent say (a ``keep`` step, outside
+every bracket) that this region is one of the ``spot_checks`` picked (chosen at random before the
+first region, never sent to the ranks) and which call's output to hand over. Every wait ends by
+the sample's :class:`~pkb_ray.deadlines.Deadline` (the clean set's by it plus the margin).
 """
 
 from __future__ import annotations
@@ -17,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from pkb_ray.config import EvalConfig
+from pkb_ray.deadlines import MARGIN_S, Deadline
 from pkb_ray.names import TimingMode
 from pkb_ray.ranks import Ranks, StepOutcome
-from pkb_ray.runner.protocol import Step
+from pkb_ray.runner.protocol import Side, Step
 from pkb_ray.timing import calls_per_round, round_order
 from pkb_ray.verdict import Region, reported_us
 
@@ -29,6 +36,16 @@ REGION_POLL_S = 0.0002  # the parent's bracket is as fine as its look at the rep
 # its commitment on the rank: on 1 x H200 (NCCL at W=1), 16x read 1.07-1.10 us a call at 4 KiB
 # against 1.19-1.26 us at 4x, and made the timing step 2-3x dearer (docs/benchmarks.md).
 GRAPH_CALLS_FACTOR = 4
+FREEZE_TIMEOUT_S = 5.0  # how long the candidate's processes may take to stop (one in a driver call)
+
+
+class CleanSetFailed(RuntimeError):
+    """A step of the clean set failed or did not answer: the evaluator's fault, never the sample's."""
+
+    def __init__(self, what: str, outcome: StepOutcome):
+        super().__init__(f"{what}: the clean rank set failed (dead {outcome.dead}, no answer from {outcome.missing}, "
+                         f"reports {outcome.reports})"[:2000])
+        self.outcome = outcome
 
 
 @dataclass
@@ -43,6 +60,7 @@ class Timing:
     seconds: float = 0.0
     graph_error: str = ""  # why graph mode was asked for and not used
     k_graph: int = 0  # calls per graph replay (calibrated on replays)
+    watched: dict[int, dict[str, Any]] = field(default_factory=dict)  # the candidate's reports after the rounds
 
     def of(self, mode: str) -> list[Region]:
         return [r for r in self.regions if r.mode == mode]
@@ -55,11 +73,15 @@ class Timing:
 
 
 class RoundDriver:
-    """Runs warmup, calibration and the timed regions of one sample on its candidate rank set."""
+    """Runs warmup, calibration and the timed regions of one sample: the candidate's on its rank
+    set ``ranks``, the reference's on the ``clean`` set with the candidate's processes stopped."""
 
-    def __init__(self, ranks: Ranks, base: dict[str, Any], cfg: EvalConfig, kept_dir: Path, base_seeds: list[int]):
-        self.ranks, self.base, self.cfg, self.kept_dir = ranks, base, cfg, kept_dir
+    def __init__(self, ranks: Ranks | None, clean: Ranks, base: dict[str, Any], cfg: EvalConfig, kept_dir: Path,
+                 base_seeds: list[int], deadline: Deadline):
+        self.ranks, self.clean, self.base, self.cfg, self.kept_dir = ranks, clean, base, cfg, kept_dir
         self.base_seeds = base_seeds  # make_inputs seeds of the base sets every timed call's inputs come from
+        self.deadline = deadline
+        self._bracket_us = 0.0  # of the last step
         self.rng = secrets.SystemRandom()
         self.timing = Timing()
 
@@ -73,11 +95,11 @@ class RoundDriver:
 
     def _run(self) -> None:
         cfg = self.cfg
-        for side in ("ref", "cand"):  # JIT, allocator, NCCL channels
+        for side in Side:  # JIT, allocator, NCCL channels
             if cfg.warmup and self._region(side, cfg.warmup, "warmup", timed=False) is None:
                 return
         per_call = []
-        for side in ("ref", "cand"):
+        for side in Side:
             region = self._region(side, cfg.timing_sets, "calibration", timed=False)
             if region is None:
                 return
@@ -94,6 +116,21 @@ class RoundDriver:
         for mode in modes:
             if not self._rounds(mode, self.timing.k_graph if mode == TimingMode.GRAPH else k):
                 return
+        # the watches of the candidate's process run after this step, not in regions (runner.candidate)
+        last = self._step(Side.CAND, {**self.base, "step": Step.KEEP}, "after the rounds")
+        if last is not None:
+            self.timing.watched = last.reports
+
+    def quiet(self, mode: str, k: int) -> list[Region]:
+        """The reference alone (this driver made with no candidate's ranks): a warmup, and ``rounds``
+        timed regions of ``k`` calls in ``mode``, as the sample's rounds time it."""
+        self._region(Side.REF, self.cfg.warmup or 1, "quiet warmup", timed=False)
+        if mode == TimingMode.GRAPH:
+            cmd = {**self.base, "step": Step.CAPTURE, "side": Side.REF.value, "k": k,
+                   "nonce": self.rng.getrandbits(55), "base_seeds": self.base_seeds}
+            self._step(Side.REF, cmd, "capturing the reference alone")
+        return [self._region(Side.REF, k, f"quiet {mode} round {i}", timed=True, mode=mode)
+                for i in range(self.cfg.rounds)]
 
     def _capture_for_rounds(self, k: int) -> bool | None:
         """Capture k calls a side, time one untimed replay a side, and capture again with more calls
@@ -103,7 +140,7 @@ class RoundDriver:
         if not captured:
             return captured
         per_call = []
-        for side in ("ref", "cand"):
+        for side in Side:
             region = self._region(side, k, "graph calibration", timed=False, mode=TimingMode.GRAPH)
             if region is None:
                 return None
@@ -119,17 +156,16 @@ class RoundDriver:
     def _capture(self, k: int) -> bool | None:
         """Each side's k calls captured into a CUDA graph on every rank: True, False (the reason in
         graph_error) or None (the step failed)."""
-        for side in ("ref", "cand"):
-            cmd = {**self.base, "step": Step.CAPTURE, "side": side, "k": k, "nonce": self.rng.getrandbits(55),
+        for side in Side:
+            cmd = {**self.base, "step": Step.CAPTURE, "side": side.value, "k": k, "nonce": self.rng.getrandbits(55),
                    "base_seeds": self.base_seeds}
-            outcome = self.ranks.run(cmd, self.cfg.timeout_s)
-            if not outcome.ok:
-                self.timing.failed, self.timing.what = outcome, f"capturing the {side} side"
+            outcome = self._step(side, cmd, f"capturing the {side.value} side")
+            if outcome is None:
                 return None
             refused = [(r, rep) for r, rep in sorted(outcome.reports.items()) if rep.get("captured") is not True]
             if refused:
                 rank, rep = refused[0]
-                self.timing.graph_error = (f"{'reference' if side == 'ref' else 'candidate'} not captured (rank "
+                self.timing.graph_error = (f"{'reference' if side is Side.REF else 'candidate'} not captured (rank "
                                            f"{rank}): {str(rep.get('error', ''))[-1500:]}")
                 return False
         return True
@@ -137,43 +173,76 @@ class RoundDriver:
     def _rounds(self, mode: str, k: int) -> bool:
         """The timed rounds of one mode, interleaved; False when a step failed."""
         cfg = self.cfg
-        picked = {side: set(self.rng.sample(range(cfg.rounds), min(cfg.spot_checks, cfg.rounds)))
-                  for side in ("ref", "cand")}
+        # the clean set's reference needs no check: only the candidate's regions are picked
+        picked = set(self.rng.sample(range(cfg.rounds), min(cfg.spot_checks, cfg.rounds)))
         for i in range(cfg.rounds):
             for side in round_order(i):
                 region = self._region(side, k, f"{mode} round {i}", timed=True, mode=mode)
                 if region is None:
                     return False
                 self.timing.regions.append(region)
-                if i not in picked[side]:
+                if side is Side.REF or i not in picked:
                     continue  # the next region drops this one's outputs
                 # the hand-over is a step of its own, outside every bracket; the rank learns that
                 # this region was picked only after it committed to the region's outputs
-                outcome = self.ranks.run({**self.base, "step": Step.KEEP, **self._pick(side, i, region)},
-                                         self.cfg.timeout_s, poll_s=REGION_POLL_S)
-                if not outcome.ok:
-                    self.timing.failed, self.timing.what = outcome, f"handing over {mode} round {i} ({side})"
+                cmd = {**self.base, "step": Step.KEEP, **self._pick(side, i, region)}
+                if self._step(side, cmd, f"handing over {mode} round {i} ({side.value})") is None:
                     return False
         return True
 
-    def _region(self, side: str, k: int, what: str, timed: bool, mode: str = TimingMode.EAGER) -> Region | None:
-        nonce = self.rng.getrandbits(56)
-        cmd = {**self.base, "step": Step.REGION, "side": side, "k": k, "nonce": nonce, "what": what,
-               "base_seeds": self.base_seeds, "hold": timed, "graph": mode == TimingMode.GRAPH}
-        t0 = time.perf_counter()
-        outcome = self.ranks.run(cmd, self.cfg.timeout_s, poll_s=REGION_POLL_S)
-        bracket_us = (time.perf_counter() - t0) * 1e6
-        if not outcome.ok:
-            self.timing.failed, self.timing.what = outcome, f"{what} ({side})"
+    def _step(self, side: Side, cmd: dict[str, Any], what: str) -> StepOutcome | None:
+        """One step on the set that runs ``side``: a candidate's by the sample's deadline, the clean
+        set's by the deadline plus the margin, with every process of the candidate's set stopped.
+        None (``timing.failed`` set) when the candidate's step failed; the clean set's raises."""
+        left = self.deadline.left(self.cfg.timeout_s)
+        if side is Side.CAND:
+            outcome = self._timed_run(self.ranks, cmd, left)
+            if not outcome.ok:
+                self.timing.failed, self.timing.what = outcome, what
+                return None
+            return outcome
+        if self.ranks is None:  # a quiet baseline: no candidate alive
+            outcome = self._timed_run(self.clean, cmd, self.deadline.left(self.cfg.timeout_s, margin=MARGIN_S))
+            if not outcome.ok:
+                raise CleanSetFailed(what, outcome)
+            return outcome
+        if not self.ranks.freeze(min(FREEZE_TIMEOUT_S, left)):
+            self.ranks.thaw()
+            self.timing.failed = StepOutcome(cmd["step"], missing=list(self.ranks.ranks), phases=self.ranks.phases())
+            self.timing.what = f"{what}: the candidate's processes did not stop within {FREEZE_TIMEOUT_S:.0f} s"
             return None
-        return Region(side=side, k=k, bracket_us=bracket_us, reports=outcome.reports, nonce=nonce, mode=mode)
+        try:
+            outcome = self._timed_run(self.clean, cmd, self.deadline.left(self.cfg.timeout_s, margin=MARGIN_S))
+        finally:
+            self.ranks.thaw()
+        if not outcome.ok:
+            raise CleanSetFailed(what, outcome)
+        return outcome
 
-    def _pick(self, side: str, i: int, region: Region) -> dict[str, Any]:
+    def _timed_run(self, ranks: Ranks, cmd: dict[str, Any], timeout_s: float) -> StepOutcome:
+        """``ranks.run``, its bracket (microseconds from sending to the last report) kept: freezing
+        and resuming the candidate stay outside it."""
+        t0 = time.perf_counter()
+        outcome = ranks.run(cmd, timeout_s, poll_s=REGION_POLL_S)
+        self._bracket_us = (time.perf_counter() - t0) * 1e6
+        return outcome
+
+    def _region(self, side: Side, k: int, what: str, timed: bool, mode: str = TimingMode.EAGER) -> Region | None:
+        nonce = self.rng.getrandbits(56)
+        cmd = {**self.base, "step": Step.REGION, "side": side.value, "k": k, "nonce": nonce, "what": what,
+               "base_seeds": self.base_seeds, "hold": timed, "graph": mode == TimingMode.GRAPH}
+        outcome = self._step(side, cmd, f"{what} ({side.value})")
+        if outcome is None:
+            return None
+        return Region(side=side.value, k=k, bracket_us=self._bracket_us, reports=outcome.reports, nonce=nonce,
+                      mode=mode)
+
+    def _pick(self, side: Side, i: int, region: Region) -> dict[str, Any]:
         """Pick one call of this (timed, committed) region: the keep command's fields."""
         pick_id = len(self.timing.picks)
         index = self.rng.randrange(region.k)
         commits = {str(rank): _at(rep.get("commits"), index) for rank, rep in region.reports.items()}
-        self.timing.picks[pick_id] = {"id": pick_id, "side": side, "region": i, "index": index, "mode": region.mode,
+        self.timing.picks[pick_id] = {"id": pick_id, "side": side.value, "region": i, "index": index, "mode": region.mode,
                                       "nonce": region.nonce, "commits": commits}
         return {"keep_index": index, "keep_id": pick_id, "out_dir": str(self.kept_dir), "seeds": [pick_id]}
 

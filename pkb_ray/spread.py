@@ -86,6 +86,15 @@ class RankHost:
         ranks = self.sets.get(set_id)
         return ranks.log_tail(rank, chars) if ranks else ""
 
+    def freeze(self, set_id: str, timeout_s: float) -> bool:
+        ranks = self.sets.get(set_id)
+        return ranks.freeze(timeout_s) if ranks else True
+
+    def thaw(self, set_id: str) -> None:
+        ranks = self.sets.get(set_id)
+        if ranks:
+            ranks.thaw()
+
     def signal_kill(self, set_id: str) -> None:
         ranks = self.sets.get(set_id)
         if ranks:
@@ -129,7 +138,7 @@ class SpreadRankSet:
 
     def __init__(self, parts: list[tuple[Any, list[str]]], *, store_host: str, backend: str, job_dir: Path,
                  pg_timeout_s: float = 600.0, num_threads: int = 1, multicast: bool = True,
-                 env: dict[str, str] | None = None, isolation: Isolation = Isolation()):
+                 env: dict[str, str] | None = None, isolation: Isolation = Isolation(), role: str = "candidate"):
         if not parts or parts[0][0] is not None:
             raise ValueError("the first part of a spread rank set must be this node's (host None)")
         self.world_size = sum(len(devices) for _, devices in parts)
@@ -138,7 +147,7 @@ class SpreadRankSet:
         self._store = dist.TCPStore(store_host, 0, None, True, wait_for_workers=False, use_libuv=True)
         addr, prefix = f"{store_host}:{self._store.port}", uuid.uuid4().hex
         options = {"backend": backend, "pg_timeout_s": pg_timeout_s, "num_threads": num_threads,
-                   "multicast": multicast, "env": env, "isolation": isolation}
+                   "multicast": multicast, "env": env, "isolation": isolation, "role": role}
         self.local = RankSet(parts[0][1], job_dir=job_dir, first_rank=0, world_size=self.world_size,
                              store_addr=addr, prefix=prefix, **options)
         self.remotes: list[_Remote] = []
@@ -247,6 +256,23 @@ class SpreadRankSet:
             return ray.get(remote.host.log_tail.remote(remote.set_id, rank, chars), timeout=30) if remote else ""
         except Exception:  # noqa: BLE001 - a host that is gone has no log to give
             return ""
+
+    def freeze(self, timeout_s: float) -> bool:
+        """Every node's part stopped (each host its own, at once)."""
+        refs = [r.host.freeze.remote(r.set_id, timeout_s) for r in self.remotes]
+        ok = self.local.freeze(timeout_s)
+        try:
+            return ok and all(ray.get(refs, timeout=timeout_s + 5))
+        except Exception:  # noqa: BLE001 - a host that does not answer has not stopped its part
+            return False
+
+    def thaw(self) -> None:
+        refs = [r.host.thaw.remote(r.set_id) for r in self.remotes]
+        self.local.thaw()
+        try:
+            ray.get(refs, timeout=30)
+        except Exception:  # noqa: BLE001 - a host gone took its ranks with it
+            pass
 
     def signal_kill(self) -> None:
         self.closed = True

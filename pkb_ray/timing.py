@@ -1,7 +1,9 @@
 """The benchmarking convention, written once.
 
-Reference (A) and candidate (B) are timed in the same rank processes, interleaved. The parent
-(which never imports a candidate) drives every timed region itself, one command per region:
+Reference (A) and candidate (B) are timed interleaved on the same devices: the reference by the
+gang's clean rank set while every process of the candidate's is stopped, the candidate by its
+own set. The parent (which never imports a candidate) drives every timed region itself, one
+command per region (:mod:`pkb_ray.rounds`):
 
 1. Warmup: one untimed region of ``warmup`` calls per side. Then one calibration region of
    ``timing_sets`` calls per side; from the slower side's time per call (the slowest rank) the
@@ -32,8 +34,8 @@ Reference (A) and candidate (B) are timed in the same rank processes, interleave
    its report. Only then does the parent pick, at random and unknown to the rank beforehand, which
    regions' outputs are checked and which call of each; the rank hands that output over, and a
    clean rank set recomputes the reference on the same inputs and compares (``eval.spot_checks``
-   picks per side). A candidate that caches an answer, or returns garbage when it thinks no one
-   looks, fails the picks it cannot predict.
+   picks, of the candidate's regions only). A candidate that caches an answer, or returns garbage
+   when it thinks no one looks, fails the picks it cannot predict.
 6. The parent times each region itself too (its clock from sending the command to the last rank's
    report). A rank's own figure must fit inside that bracket, and the time the bracket holds beyond
    it (input generation, commitments, messages: the same work on both sides) must be about the same
@@ -41,6 +43,9 @@ Reference (A) and candidate (B) are timed in the same rank processes, interleave
    time (see :mod:`pkb_ray.verdict`).
 7. Per rank: the median over regions, with the inter-quartile range as the spread. A sample's time
    is its slowest rank's median; speedup = reference time / candidate time.
+8. Each gang keeps a quiet baseline of each reference it times (the same regions with no
+   candidate alive); a reference that ran materially slower beside a sample is evidence of
+   interference (:mod:`pkb_ray.interference`).
 
 The timer and synchronisation functions are bound at import, before any candidate is imported:
 a candidate that replaces ``time.perf_counter`` or ``torch.cuda.synchronize`` later does not
@@ -56,6 +61,8 @@ from time import perf_counter as _perf_counter
 from typing import Any, Callable, Sequence
 
 import torch
+
+from pkb_ray.names import Side
 
 _cuda_synchronize = torch._C._cuda_synchronize if hasattr(torch._C, "_cuda_synchronize") else None
 
@@ -167,9 +174,9 @@ def calls_per_round(slowest_us_per_call: float, round_us: float, max_calls: int)
     return max(1, min(max_calls, math.ceil(round_us / slowest_us_per_call)))
 
 
-def round_order(i: int) -> tuple[str, str]:
+def round_order(i: int) -> tuple[Side, Side]:
     """Which side goes first in round pair i: A B, then B A, and so on."""
-    return ("ref", "cand") if i % 2 == 0 else ("cand", "ref")
+    return (Side.REF, Side.CAND) if i % 2 == 0 else (Side.CAND, Side.REF)
 
 
 def median_iqr(times_us: Sequence[float]) -> tuple[float, float]:

@@ -36,7 +36,7 @@ import json, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[3])
 from pkb_ray.runner import extensions
-from pkb_ray.runner.steps import load_candidate
+from pkb_ray.runner.loading import load_candidate
 counts = extensions.install(Path(sys.argv[2]), Path(sys.argv[4]), sys.argv[5])
 module = load_candidate(sys.argv[1])
 for call in extensions.builder_calls(Path(sys.argv[1]).read_text()):

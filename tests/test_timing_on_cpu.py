@@ -151,7 +151,7 @@ def test_timing_mode_is_in_the_row_and_graphs_fall_back_to_eager_off_the_gpu(mak
 def test_a_graph_replays_new_inputs_only_when_they_fit_its_buffers():
     import torch
 
-    from pkb_ray.runner.steps import Captured, same_layout
+    from pkb_ray.runner.graphs import Captured, same_layout
 
     a = (torch.zeros(4), [torch.ones(2, dtype=torch.int64)], 3)
     assert same_layout(a, (torch.ones(4), [torch.zeros(2, dtype=torch.int64)], 3))

@@ -32,6 +32,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from pkb_ray.runner.loading import load_candidate
+
 BUILDERS = ("load_inline", "compile_cuda_extension")
 RESULT_MARK = "PKB_PREBUILD_RESULT "
 KEYED = ("cpp_sources", "cuda_sources", "functions", "extra_cflags", "extra_cuda_cflags", "extra_ldflags",
@@ -144,7 +146,6 @@ def _build_child(sample_path: str, out_dir: str, extra_path: str, arch_list: str
     """In the sandboxed child: import the sample, make each builder call it can, report."""
     for p in reversed([p for p in extra_path.split(os.pathsep) if p]):
         sys.path.insert(0, p)
-    from pkb_ray.runner.steps import load_candidate  # steps imports this module: here, not at the top
 
     os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list  # no GPU here to ask
     counts = install(None, Path(out_dir))

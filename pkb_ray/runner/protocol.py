@@ -13,6 +13,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pkb_ray.names import Side
+
+__all__ = ["Side", "Step", "StepFailed", "read_report", "write_report", "tensor_file", "set_phase", "read_phase"]
+
 
 class Step:
     """The steps a rank runs: a command's ``step``, and the name of its report."""

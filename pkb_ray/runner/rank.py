@@ -4,10 +4,12 @@ Started by :class:`pkb_ray.ranks.RankSet`, fresh for every sample. It imports to
 process group, sets its device, says it is ready, then obeys steps read one JSON line at a time
 from the command pipe (the stdin it was started with; the candidate gets /dev/null instead):
 
-``reference``, ``check_trials``, ``check_timed``   in a clean set (never a candidate): expected
-               outputs, and the comparisons the verdict rests on.
-``trials``, ``region``, ``keep``   in a candidate's set: run it on the trial seeds, time one region
-               of calls, hand over one output of the last region (see :mod:`pkb_ray.runner.steps`).
+``reference``, ``check_trials``, ``check_timed``, ``region``, ``capture``   in a clean set
+               (``--role clean``, never a candidate): expected outputs, the comparisons the verdict
+               rests on, and the reference's timed regions (:mod:`pkb_ray.runner.clean`).
+``trials``, ``region``, ``capture``, ``keep``   in a candidate's set: run it on the trial seeds,
+               time one region of its calls, hand over one output of the last region
+               (:mod:`pkb_ray.runner.candidate`).
 ``exit``       leave.
 
 Every step ends with ``<job_dir>/rank<R>.<tag>.json`` written atomically (the tag is the step's
@@ -66,9 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     dist.barrier()
     protocol.write_report(job_dir, args.rank, protocol.Step.READY, {"status": "ok", "pid": os.getpid(), "device": str(device)})
 
-    from pkb_ray.runner.steps import RankSession
+    if args.role == "clean":
+        from pkb_ray.runner.clean import CleanSession as Session
+    else:
+        from pkb_ray.runner.candidate import CandidateSession as Session
 
-    session = RankSession(rank=args.rank, world_size=args.world_size, device=device, job_dir=job_dir)
+    session = Session(rank=args.rank, world_size=args.world_size, device=device, job_dir=job_dir)
     for line in commands:
         cmd = json.loads(line)
         step = cmd["step"]
@@ -120,6 +125,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--job-dir", required=True)
     p.add_argument("--pg-timeout", type=float, default=600.0)
     p.add_argument("--num-threads", type=int, default=0)
+    p.add_argument("--role", choices=("clean", "candidate"), default="candidate",
+                   help="clean: the reference and the checks, never a candidate")
     return p.parse_args(argv)
 
 

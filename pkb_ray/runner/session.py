@@ -1,0 +1,163 @@
+"""What every rank session does, clean or candidate: load the problem, make a region's fresh
+inputs, time a region of calls (eager or a graph replay) and commit to its outputs.
+
+A clean set (:mod:`pkb_ray.runner.clean`) times the reference this way, a candidate's set
+(:mod:`pkb_ray.runner.candidate`) the candidate: the same code in processes that never share a
+side, so nothing a candidate does in its own process reaches the reference's calls.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from pkb_ray.correctness import fingerprints, output_devices, region_aliases
+from pkb_ray.names import Status
+from pkb_ray.problem import DTYPES, InputContext, Problem, load_problem
+from pkb_ray.runner.graphs import Captured, capture_calls, same_layout
+from pkb_ray.runner.loading import candidate_traceback
+from pkb_ray.runner.protocol import Side, StepFailed, set_phase
+from pkb_ray.timing import call_seed, fresh_calls, timed_region, timed_replay
+
+
+class RankSession:
+    """State of one rank across steps: the problem of the current command, the base input sets of
+    the timed calls, the last region's outputs, the captured graph of the side it times."""
+
+    side: Side  # the one side this kind of set times
+
+    def __init__(self, rank: int, world_size: int, device: torch.device, job_dir: Path):
+        self.rank = rank
+        self.world_size = world_size
+        self.device = device
+        self.job_dir = job_dir
+        self.problems: dict[str, Problem] = {}
+        self._held: list[Any] | None = None  # outputs of the last region, until the parent picks one
+        self._base: tuple | None = None  # (key, base input sets of the timed calls)
+        self._graph: Captured | None = None  # the side's k calls captured (graph timing mode)
+
+    def steps(self) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
+        raise NotImplementedError
+
+    def run(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        path = cmd["problem_path"]
+        self.problem = self.problems.get(path) or self.problems.setdefault(path, load_problem(path))
+        self.dtype_name = cmd["dtype"]
+        self.size = cmd["size"]
+        step = self.steps().get(cmd["step"])
+        if step is None:
+            raise StepFailed(Status.RUNTIME_ERROR.value, f"a {type(self).__name__} does not run {cmd['step']!r}")
+        return step(cmd)
+
+    def timed_fn(self) -> Callable[..., Any]:
+        """The function this set times."""
+        raise NotImplementedError
+
+    def region(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """k calls on fresh inputs (from the parent's nonce), timed back to back (or, with ``graph``,
+        one replay of the captured calls on those inputs); then a commitment (fingerprint) to every
+        output, before the parent says which one to hand over."""
+        self._check_side(cmd)
+        self._hand_over(cmd)
+        k, what = cmd["k"], f"{cmd['what']} ({self.side.value})"
+        self._phase(what)
+        captured = self._graph if cmd.get("graph") else None
+        if cmd.get("graph") and (captured is None or captured.key != self._graph_key(k)):
+            raise StepFailed(Status.RUNTIME_ERROR.value, f"{what}: no graph of {k} calls captured")
+        calls = self._call_inputs(cmd["base_seeds"], cmd["nonce"], list(range(k)), own=captured is None)
+        if captured is not None:
+            captured.load(calls)
+            calls = captured.inputs  # what the replay reads
+        fn = self.timed_fn()
+        gc.collect(0)  # the young generation only: a full collection costs ~170 ms with torch loaded
+        gc.disable()  # a collection inside a region would be charged to whichever side triggered it
+        try:
+            dist.barrier()
+            if captured is not None:
+                outs, us = captured.outputs, timed_replay(captured.graph, k, self.device)
+            else:
+                outs, us = timed_region(fn, calls, self.device)
+        except BaseException:  # noqa: BLE001
+            raise StepFailed(Status.RUNTIME_ERROR.value, f"timed call, {what}:\n{candidate_traceback()}") from None
+        finally:
+            gc.enable()
+        self._held = outs if cmd["hold"] else None
+        # both sides commit (the same work inside the parent's bracket), though only a candidate's are checked
+        return {"status": "ok", "us": us, "commits": fingerprints(outs) if cmd["hold"] else [],
+                "aliases": region_aliases(outs, calls), "devices": output_devices(outs[0])}
+
+    def capture(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Capture k calls, on input buffers of their own, into a CUDA graph that later regions
+        replay. Reports ``captured`` and, when it could not, why: the parent then times both sides
+        eager."""
+        self._check_side(cmd)
+        self._hand_over(cmd)
+        k = cmd["k"]
+        self._phase(f"capture ({self.side.value})")
+        if self.device.type != "cuda":
+            return {"status": "ok", "captured": False, "error": f"CUDA graphs need a CUDA device, not {self.device.type}"}
+        self._graph = None  # its memory goes back before the next is captured
+        calls = self._call_inputs(cmd["base_seeds"], cmd["nonce"], list(range(k)))
+        again = self._call_inputs(cmd["base_seeds"], cmd["nonce"] + 1, list(range(k)), own=False)
+        if not all(same_layout(a, b) for a, b in zip(calls, again)):
+            return {"status": "ok", "captured": False,
+                    "error": "the problem's inputs change shape or non-tensor values from call to call"}
+        dist.barrier()
+        try:
+            graph, outs = capture_calls(self.timed_fn(), calls, self.device)
+        except BaseException:  # noqa: BLE001 - the side stays eager; the reason goes in the row
+            error = candidate_traceback()
+            try:
+                torch.cuda.synchronize(self.device)
+            except RuntimeError as exc:  # the context did not survive: eager timing cannot run either
+                raise StepFailed(Status.RUNTIME_ERROR.value, f"capture ({self.side.value}) broke the device: "
+                                 f"{exc}\n{error}") from None
+            return {"status": "ok", "captured": False, "error": error[-2000:]}
+        self._graph = Captured(graph, calls, outs, key=self._graph_key(k))
+        return {"status": "ok", "captured": True}
+
+    def _check_side(self, cmd: dict[str, Any]) -> None:
+        if cmd.get("side") != self.side.value:
+            raise StepFailed(Status.RUNTIME_ERROR.value, f"a {type(self).__name__} times the {self.side.value} "
+                             f"side only, not {cmd.get('side')!r}")
+
+    def _graph_key(self, k: int) -> tuple:
+        return (id(self.problem), self.dtype_name, json.dumps(self.size, sort_keys=True), k)
+
+    def _hand_over(self, cmd: dict[str, Any]) -> None:
+        """Drop the last region's outputs (a candidate's set hands one over first: see there)."""
+        self._held = None
+
+    def _call_inputs(self, base_seeds: list[int], nonce: int, ns: list[int], own: bool = True) -> list[tuple]:
+        """The inputs of timed calls ``ns`` of the region with ``nonce`` (see
+        :func:`pkb_ray.timing.fresh_inputs`), made in one batched pass per base set. Without ``own``
+        the calls may share memory: only for copying into a graph's buffers or comparing layouts."""
+        sets, made = self._base_sets(base_seeds), {}
+        for s, base in enumerate(sets):
+            mine = [n for n in ns if n % len(sets) == s]
+            fresh = fresh_calls(base, nonce, mine, own) if mine else []
+            made.update(zip(mine, fresh if fresh is not None else [self._inputs(call_seed(nonce, n)) for n in mine]))
+        return [made[n] for n in ns]
+
+    def _base_sets(self, base_seeds: list[int]) -> list[tuple]:
+        key = (id(self.problem), self.dtype_name, json.dumps(self.size, sort_keys=True), tuple(base_seeds))
+        if self._base is None or self._base[0] != key:  # drawn once per sample (per problem in a clean set)
+            self._base = (key, [self._inputs(s) for s in base_seeds])
+        return self._base[1]
+
+    def _inputs(self, seed: int) -> tuple:
+        ctx = InputContext(size=self.size, rank=self.rank, world_size=self.world_size,
+                           dtype=DTYPES[self.dtype_name], device=self.device, seed=seed)
+        return tuple(self.problem.make_inputs(ctx))
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _phase(self, phase: str) -> None:
+        set_phase(self.job_dir, self.rank, phase)
