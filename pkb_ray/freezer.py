@@ -4,8 +4,11 @@ With a cgroup of its own (``PKB_CGROUP_PARENT``, :class:`pkb_ray.sandbox.CgroupS
 is frozen by the cgroup freezer (``cgroup.freeze``), which holds every task, those it forks too,
 until thawed. Without one, every process below the sandbox's first process gets SIGSTOP, found
 by walking its descendants in /proc (a process that double-forks is re-parented to the sandbox's PID namespace's
-init, which is below it too), until a walk finds no process left running; SIGCONT resumes them.
-A stopped process cannot catch, block or ignore either signal.
+init, which is below it too), until a walk finds none not yet signalled; SIGCONT resumes them.
+A stopped process cannot catch, block or ignore either signal, and none of its threads runs its
+own code again once the signal is pending (the kernel checks before every return to user mode;
+a thread on a CPU is interrupted): waiting for each of its many threads to be scheduled just to
+park would cost milliseconds on a loaded machine and stop nothing more.
 
 Nothing stops GPU work already queued: the parent freezes a set only after its step reported
 (every stream of its device synchronised), and whatever a sample left running on the device
@@ -19,8 +22,6 @@ import signal
 import time
 from pathlib import Path
 
-POLL_S = 0.0005
-STOPPED_STATES = {"T", "t", "Z", "X"}  # stopped, traced, or past running anything
 
 
 def descendants(root: int) -> list[int]:
@@ -62,10 +63,9 @@ def _walk(root: int) -> list[int]:
     return found
 
 
-def _stat(pid: int, task: int | None = None) -> str | None:
-    path = f"/proc/{pid}/stat" if task is None else f"/proc/{pid}/task/{task}/stat"
+def _stat(pid: int) -> str | None:
     try:
-        with open(path) as f:
+        with open(f"/proc/{pid}/stat") as f:
             return f.read()
     except OSError:
         return None
@@ -77,20 +77,6 @@ def _parent(pid: int) -> int | None:
         return None
     fields = stat[stat.rfind(")") + 2:].split()  # the command name may hold spaces and parentheses
     return int(fields[1])
-
-
-def _state(pid: int, task: int | None = None) -> str:
-    stat = _stat(pid, task)
-    return stat[stat.rfind(")") + 2] if stat else "X"
-
-
-def _all_stopped(pid: int) -> bool:
-    """Every thread of ``pid`` stopped (a group stop reaches each thread on its own time)."""
-    try:
-        tasks = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-    except OSError:
-        return True  # gone
-    return all(_state(pid, t) in STOPPED_STATES for t in tasks)
 
 
 class Freezer:
@@ -115,18 +101,17 @@ class Freezer:
             while "frozen 1" not in _read(self.cgroup / "cgroup.events"):
                 if time.monotonic() > deadline:
                     return False
-                time.sleep(POLL_S)
+                time.sleep(0.0005)
             return True
         while True:
             found = [p for p in descendants(self.root) if p not in self.stopped]
+            if not found:  # a walk found nothing new, so nothing forked past the signals
+                return True
             for pid in found:
                 _signal(pid, signal.SIGSTOP)
             self.stopped += found
-            if not found and all(_all_stopped(p) for p in self.stopped):
-                return True  # a walk found nothing new, so nothing forked past the signals
             if time.monotonic() > deadline:
                 return False
-            time.sleep(POLL_S)
 
     def thaw(self) -> None:
         if not self.frozen:

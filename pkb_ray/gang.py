@@ -8,6 +8,8 @@ over N nodes (NxG), STRICT_SPREAD of N bundles of G GPUs, one per node. Once it 
 starts the :class:`Gang` actor on the first node, plus a :class:`~pkb_ray.spread.RankHost` on each
 other node. The actor holds no GPU itself and never imports candidate code: it hands each sample
 to a :class:`~pkb_ray.harness.Harness`, which runs it in fresh rank processes on those GPUs.
+It runs two calls at once, so that :meth:`Gang.deadline` answers the pool's watch while a sample
+is being evaluated (the pool gives a gang one sample at a time).
 
 Ranks see every GPU of the node and select their own (with one visible GPU per rank, torch
 symmetric memory fails and CUDA IPC is unreliable), hence RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES
@@ -72,6 +74,11 @@ class Gang:
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "pid": os.getpid(), "devices": self.harness.devices,
                 "node": ray.get_runtime_context().get_node_id()}
+
+    def deadline(self) -> float | None:
+        """When (``time.time()``) the sample being evaluated must be done; None when idle. Answered
+        beside a running evaluation: the pool's watch asks it, and one that never answers is wedged."""
+        return self.harness.deadline_epoch
 
     def evaluate(self, sample: Sample, where: Where | None = None) -> Result:
         try:
@@ -162,7 +169,7 @@ def start_gang(cfg: SweepConfig, handle: GangHandle, name: str | None = None) ->
         scheduling_strategy=PlacementGroupSchedulingStrategy(handle.pg, part.bundle),
     ).remote() for i, part in enumerate(handle.parts[1:], 1)]
     handle.actor = ray.remote(Gang).options(
-        name=handle.name, num_cpus=0, num_gpus=0, max_concurrency=1, runtime_env=env,
+        name=handle.name, num_cpus=0, num_gpus=0, max_concurrency=2, runtime_env=env,
         scheduling_strategy=PlacementGroupSchedulingStrategy(handle.pg, handle.parts[0].bundle),
     ).remote(cfg.model_dump(mode="json"), handle.name, handle.parts[0].gpu_ids,
              [(host, part.gpu_ids) for host, part in zip(handle.hosts, handle.parts[1:])])

@@ -76,7 +76,12 @@ def child_env(extra: dict[str, str] | None = None, num_threads: int = 1, *, mult
     defaults = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",  # a failed or timed-out collective ends the process
                 "TORCH_NCCL_DUMP_ON_TIMEOUT": "0",  # no flight-recorder dump on the way down
                 "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(int(collective_timeout_s)),  # a stuck watchdog too
-                "OMP_NUM_THREADS": str(num_threads)}
+                "OMP_NUM_THREADS": str(num_threads),
+                # glibc's malloc with fixed thresholds: large CPU tensors (a region's fresh inputs)
+                # come from a heap that is kept, not from mmap and page faults whose cost follows the
+                # dynamic threshold, which depends on each process's history. The clean set (long
+                # lived) and a candidate's (fresh) then pay the same for the same work.
+                "MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
     ours.update({k: v for k, v in defaults.items() if k not in os.environ})
     if not multicast:
         ours.update(MULTICAST_OFF)

@@ -195,10 +195,17 @@ class RoundDriver:
         set's by the deadline plus the margin, with every process of the candidate's set stopped.
         None (``timing.failed`` set) when the candidate's step failed; the clean set's raises."""
         left = self.deadline.left(self.cfg.timeout_s)
+        if self.ranks is not None and left <= 0:  # nothing more of this sample runs
+            self.timing.failed = StepOutcome(cmd["step"], missing=list(self.ranks.ranks), phases=self.ranks.phases(),
+                                             elapsed_s=time.monotonic() - self.deadline.started)
+            self.timing.what = f"{what}, past the sample's deadline ({self.deadline.budget_s:.0f} s from its trials)"
+            return None
         if side is Side.CAND:
             outcome = self._timed_run(self.ranks, cmd, left)
             if not outcome.ok:
-                self.timing.failed, self.timing.what = outcome, what
+                late = outcome.missing and self.deadline.passed
+                self.timing.failed, self.timing.what = outcome, what + (
+                    f", at the sample's deadline ({self.deadline.budget_s:.0f} s from its trials)" if late else "")
                 return None
             return outcome
         if self.ranks is None:  # a quiet baseline: no candidate alive
@@ -208,7 +215,8 @@ class RoundDriver:
             return outcome
         if not self.ranks.freeze(min(FREEZE_TIMEOUT_S, left)):
             self.ranks.thaw()
-            self.timing.failed = StepOutcome(cmd["step"], missing=list(self.ranks.ranks), phases=self.ranks.phases())
+            self.timing.failed = StepOutcome(cmd["step"], missing=list(self.ranks.ranks), phases=self.ranks.phases(),
+                                             elapsed_s=time.monotonic() - self.deadline.started)
             self.timing.what = f"{what}: the candidate's processes did not stop within {FREEZE_TIMEOUT_S:.0f} s"
             return None
         try:

@@ -39,7 +39,7 @@ def _copy(problems, index: int = 1) -> Sample:
     ],
 )
 def test_hostile_sample_gets_its_status(make_harness, name, status, needle):
-    h = make_harness(2, timeout_s=6)
+    h = make_harness(2, timeout_s=10)  # one deadline for the whole sample (pkb_ray.deadlines)
     result = h.evaluate(_sample(name))
     assert result.status == status, result.message
     assert needle in result.message
@@ -48,7 +48,8 @@ def test_hostile_sample_gets_its_status(make_harness, name, status, needle):
 
 
 def test_forged_report_times_are_caught_by_the_parents_clock(make_harness, problems):
-    h = make_harness(2, size=BIG, rounds=200)  # 1 ms of CPU noise per region: the margin needs many rounds
+    # 1 ms of CPU noise per region: the margin needs many rounds (~45 ms a region on 2 cores)
+    h = make_harness(2, size=BIG, rounds=200, timeout_s=90)
     honest = h.evaluate(_copy(problems))
     assert honest.status == Status.CORRECT, honest.message
     forged = h.evaluate(_sample("forges_reports.py"))
@@ -230,3 +231,29 @@ def test_a_sample_reads_no_host_file_and_reaches_no_host_port(make_harness, monk
             path.unlink(missing_ok=True)
     assert result.status == Status.CORRECT, result.message  # it found nothing to raise
     assert token not in result.message and dashboard.connections == 0
+
+
+@pytest.mark.parametrize("name", ["slows_reference_in_cpp.py", "overrides_dispatcher.py", "patches_and_restores.py",
+                                  "loads_cpu_when_idle.py"])
+def test_reference_slowing_samples_gain_nothing(make_harness, problems, name):
+    # timed in this process, the reference would have run >= 10x slower beside each (1 ms a call
+    # added, or the cores shared with the load); it is timed by the clean set, the sample stopped
+    h = make_harness(2, rounds=30)
+    honest = h.evaluate(_copy(problems))
+    assert honest.status == Status.CORRECT, honest.message
+    result = h.evaluate(_sample(name))
+    assert result.status in (Status.CORRECT, Status.TAMPERING), result.message
+    if result.status == Status.CORRECT:
+        assert result.speedup < 2.0 * honest.speedup, (result.speedup, honest.speedup)
+    assert rank_processes_left(h.work_dir) == []
+
+
+def test_no_sample_outlasts_its_deadline_and_the_next_one_runs(make_harness, problems):
+    h = make_harness(2, timeout_s=8, rounds=10)
+    result = h.evaluate(_sample("stalls_every_call.py"))
+    assert result.status == Status.TIMEOUT, result.message
+    assert "deadline" in result.message, result.message
+    # without one deadline: 2 warmup + 2 calibration + 20 timed calls of 1.5 s, each step inside 8 s
+    assert result.eval_seconds < 8 + 30, result.phase_seconds
+    after = h.evaluate(_copy(problems))
+    assert after.status == Status.CORRECT, after.message

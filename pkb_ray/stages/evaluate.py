@@ -7,7 +7,9 @@ queued per layout), which gang takes which task, when a gang with no work left g
 and when a dead gang is restarted. A gang starts in three asynchronous steps (placement group
 ready, bundle GPUs known, actor up) while others already work. A gang whose actor dies gives its
 sample a ``crash`` result and is restarted in the same placement group; no other sample's result
-is lost.
+is lost. The pool watches its gangs: one silent past its sample's deadline plus a margin, or that
+stops answering the watch's probe (a wedged process), gives its sample a ``timeout`` result, is
+killed and restarted the same way, and the pool moves on.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ray.exceptions import RayActorError
 
 from pkb_ray.cluster import node_gpus
 from pkb_ray.config import SweepConfig
+from pkb_ray.deadlines import WATCH_MARGIN_S
 from pkb_ray.gang import GangHandle, bundle_devices, reserve, start_gang, stop_gang
 from pkb_ray.scheduler import Action, Dispatch, GangPhase, Reserve, Restart, Scheduler, SchedulingError, Start, Stop
 from pkb_ray.schema import EvalTask, Result, Status
@@ -34,6 +37,7 @@ from pkb_ray.telemetry import RunMetrics
 log = logging.getLogger(__name__)
 
 WAIT_LOG_S = 60.0  # with no more tasks to come, how long a wait lasts before the pool says what it waits on
+WATCH_EVERY_S = 5.0  # how often the pool probes its busy gangs (more often with a margin under 3x this)
 
 
 class TaskFeed:
@@ -95,22 +99,28 @@ class Waiting:
     gang: str
     task: EvalTask | None = None
     since: float = 0.0
+    # the watch's view of an evaluation: its gang's deadline() probe out, when it was sent, the last answer
+    probe: ray.ObjectRef | None = None
+    probe_sent: float = 0.0
+    deadline: float | None = None
 
 
 class GangPool:
     """Evaluates tasks on gangs: carries out what the :class:`~pkb_ray.scheduler.Scheduler` decides
     with Ray (placement groups, actors, calls) and tells it what Ray reports back."""
 
-    def __init__(self, cfg: SweepConfig, metrics: RunMetrics | None = None):
+    def __init__(self, cfg: SweepConfig, metrics: RunMetrics | None = None, watch_margin_s: float = WATCH_MARGIN_S):
         self.cfg = cfg
         self.metrics = metrics
+        self.watch_margin_s = watch_margin_s
+        self._watch_every_s = min(WATCH_EVERY_S, watch_margin_s / 3)
         self.handles: dict[str, GangHandle] = {}
         self.scheduler = Scheduler({})
         self.evaluated = 0
         self.busy_s = 0.0  # gang-seconds inside samples (dispatch to result)
         self.alive_s = 0.0  # gang-seconds of ready gangs
         self._waiting: dict[ray.ObjectRef, Waiting] = {}
-        self._last_tick = self._last_push = time.monotonic()
+        self._last_tick = self._last_push = self._last_watch = self._quiet_since = time.monotonic()
         self._do = {Reserve: self._reserve, Start: self._start, Dispatch: self._dispatch, Stop: self._stop,
                     Restart: self._restart}
 
@@ -130,6 +140,7 @@ class GangPool:
         while True:
             self._tick()
             self._carry_out(self._intake(feed))
+            yield from self._watch()
             if self.scheduler.finished:
                 return
             if not self._waiting:
@@ -150,10 +161,15 @@ class GangPool:
         return actions
 
     def _next_reply(self, feed: TaskFeed) -> ray.ObjectRef | None:
-        """The next reference Ray has an answer for: briefly while tasks may still arrive, else long."""
-        done, _ = ray.wait(list(self._waiting), num_returns=1, timeout=WAIT_LOG_S if feed.exhausted else 0.2)
+        """The next reference Ray has an answer for: briefly while tasks may still arrive, else until
+        the next watch."""
+        done, _ = ray.wait(list(self._waiting), num_returns=1, timeout=self._watch_every_s if feed.exhausted else 0.2)
         self._tick()  # the wait may have been long: account for it before a result adds its busy time
-        if not done and feed.exhausted:
+        now = time.monotonic()
+        if done or not feed.exhausted:
+            self._quiet_since = now
+        elif now - self._quiet_since >= WAIT_LOG_S:
+            self._quiet_since = now
             log.info("gang pool: waiting on %s; queued %s", dict(Counter(w.what.value for w in self._waiting.values())),
                      self.scheduler.queued())
         return done[0] if done else None
@@ -176,8 +192,7 @@ class GangPool:
 
     def _finish(self, ref: ray.ObjectRef, waiting: Waiting) -> Result:
         """The result of an evaluation (a crash if the gang died), after the gang's next step is set going."""
-        self.evaluated += 1
-        self.busy_s += time.monotonic() - waiting.since
+        self._count(waiting)
         try:
             result = ray.get(ref)
             self._carry_out(self.scheduler.result(waiting.gang))
@@ -186,6 +201,66 @@ class GangPool:
                                        gang=waiting.gang, **waiting.task.where.fields)
             self._carry_out(self.scheduler.gang_died(waiting.gang))
         return result
+
+    def _count(self, waiting: Waiting) -> None:
+        self.evaluated += 1
+        self.busy_s += time.monotonic() - waiting.since
+
+    # ---- the watch: no gang that stops answering stalls the sweep ----
+
+    def _watch(self) -> Iterator[tuple[EvalTask, Result]]:
+        """At most every few seconds: probe each busy gang, and restart those gone silent (each
+        task on one gives a timeout result)."""
+        now = time.monotonic()
+        if now - self._last_watch < self._watch_every_s:
+            return
+        self._last_watch = now
+        evals = {ref: w for ref, w in self._waiting.items() if w.what is Wait.EVAL}
+        self._read_probes(list(evals.values()))
+        for ref, waiting in evals.items():
+            why = self._silent(waiting, now)
+            if why is not None:
+                yield waiting.task, self._timed_out(ref, waiting, why)
+            elif waiting.probe is None:  # answered (or never asked): ask again
+                waiting.probe, waiting.probe_sent = self.handles[waiting.gang].actor.deadline.remote(), now
+
+    def _read_probes(self, evals: list[Waiting]) -> None:
+        """The deadlines the gangs have answered since the last watch; never blocks."""
+        out = {w.probe: w for w in evals if w.probe is not None}
+        ready, _ = ray.wait(list(out), num_returns=len(out), timeout=0) if out else ([], [])
+        for probe in ready:
+            waiting = out[probe]
+            waiting.probe = None
+            try:
+                waiting.deadline = ray.get(probe)
+            except RayActorError:
+                pass  # the gang died: its evaluation's reference says so, and the pool restarts it then
+
+    def _silent(self, waiting: Waiting, now: float) -> str | None:
+        """Why the gang of this evaluation counts as silent, or None while it does not."""
+        margin = self.watch_margin_s
+        late = time.time() - waiting.deadline if waiting.deadline is not None else 0.0
+        if late > margin:
+            return (f"gang {waiting.gang} gave no result within {margin:g} s of its sample's deadline "
+                    f"(silent for {late:.0f} s past it)")
+        # a wedged process (stuck in a driver call, stopped, its GIL held) answers nothing at all; a
+        # probe goes out only during an evaluation, so that has been out for longer still
+        unanswered = now - waiting.probe_sent if waiting.probe is not None else 0.0
+        if unanswered > margin:
+            return (f"gang {waiting.gang} did not answer the pool for {unanswered:.1f} s (more than {margin:g} s) "
+                    f"while evaluating this sample for {now - waiting.since:.0f} s")
+        return None
+
+    def _timed_out(self, ref: ray.ObjectRef, waiting: Waiting, why: str) -> Result:
+        """Kill a silent gang and have it restarted like one that died; a late reply is then ignored."""
+        del self._waiting[ref]
+        self._count(waiting)
+        log.warning("gang pool: %s; killed and restarted", why)
+        kill_gang(self.handles[waiting.gang])
+        self._carry_out(self.scheduler.gang_died(waiting.gang))
+        return Result.for_sample(waiting.task.sample, Status.TIMEOUT,
+                                 f"the evaluator's gang stopped answering; restarted (not necessarily the sample's "
+                                 f"fault): {why}", gang=waiting.gang, **waiting.task.where.fields)
 
     # ---- actions, carried out with Ray ----
 
@@ -231,3 +306,12 @@ class GangPool:
         for handle in self.handles.values():
             stop_gang(handle)
         self.handles.clear()
+
+
+def kill_gang(handle: GangHandle) -> None:
+    """Kill the gang's actor and hosts without asking them to shut down (a wedged actor would not
+    answer); its rank processes die with it. Its reservation stays, for the restart."""
+    for actor in [handle.actor, *handle.hosts]:
+        if actor is not None:
+            ray.kill(actor)
+    handle.actor, handle.hosts = None, []
