@@ -3,7 +3,8 @@
 The W ranks share one sandbox (:mod:`pkb_ray.sandbox`, level ``eval.isolation``): a launcher
 (:mod:`pkb_ray.runner.launch`) starts them inside it, each with its own command pipe, and
 killing the sandbox kills whatever the candidate spawned, however it detached. Commands go down
-the pipes, reports come back as files in the job folder: nothing crosses a network. Where all W
+one pipe per rank, reports come back up another (:mod:`pkb_ray.runner.protocol`): nothing crosses a
+network. Where all W
 ranks are here and sandboxed, the sandbox has a network of its own (loopback only) and rank 0
 holds the rendezvous ``TCPStore`` inside it (:data:`SANDBOX_STORE`); otherwise (no sandbox, or a
 gang spread over nodes) the store is the parent's, on the host's network, and each rank set uses
@@ -16,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -204,13 +206,16 @@ class RankSet:
                      "--store", store_addr, "--prefix", prefix, "--backend", backend, "--job-dir", str(self.job_dir),
                      "--pg-timeout", str(pg_timeout_s), "--num-threads", str(num_threads), "--role", role,
                      *(["--host-store"] if own_network else [])]
-        reads, self._pipes = [], []
-        for _ in self.ranks:
-            r, w = os.pipe()
+        reads, writes, self._pipes, self._reports = [], [], [], {}
+        for rank in self.ranks:
+            r, w = os.pipe()  # commands down
             reads.append(r)
             self._pipes.append(os.fdopen(w, "wb"))
+            r, w = os.pipe()  # reports up
+            writes.append(w)
+            self._reports[rank] = protocol.ReportReader(r)
         spec = {"job_dir": str(self.job_dir), "argv": rank_argv, "ranks": self.ranks, "fds": reads,
-                "devices": {str(r): d for r, d in zip(self.ranks, devices)}}
+                "report_fds": writes, "devices": {str(r): d for r, d in zip(self.ranks, devices)}}
         policy = isolation.policy(self.job_dir, len(self.ranks),
                                   sandbox.Network.OWN if own_network else sandbox.Network.HOST)
         argv = sandbox.command([sys.executable, "-m", "pkb_ray.runner.launch", json.dumps(spec)], policy, probe)
@@ -218,10 +223,10 @@ class RankSet:
         with open(self.job_dir / "launch.log", "wb") as log:  # the limits include SIGKILL on our death
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=child,
                                          cwd=self.job_dir if probe.level is sandbox.Isolation.NONE else None,
-                                         start_new_session=True, pass_fds=reads,
+                                         start_new_session=True, pass_fds=reads + writes,
                                          preexec_fn=sandbox.preexec(policy, probe, self._slot))
-        for r in reads:
-            os.close(r)
+        for fd in reads + writes:
+            os.close(fd)
         self.isolation = probe.describe()
         self.freezer = Freezer(self.proc.pid, self._slot.path)
         self.started_at = time.monotonic()
@@ -244,8 +249,9 @@ class RankSet:
                 pass  # a dead rank: the wait that follows reports it
 
     def tag(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        """``cmd`` with a tag of its own: its reports never meet an earlier step's."""
-        return {**cmd, "tag": f"{cmd['step']}.{next(self._tags)}"}
+        """``cmd`` with a tag of its own: its reports never meet an earlier step's, and none can be
+        sent before the command (the tag is unpredictable)."""
+        return {**cmd, "tag": f"{cmd['step']}.{next(self._tags)}.{secrets.token_hex(6)}"}
 
     def run(self, cmd: dict[str, Any], timeout_s: float, poll_s: float = POLL_S) -> StepOutcome:
         started = time.monotonic()
@@ -259,7 +265,7 @@ class RankSet:
         for rank in self.ranks:
             if rank in out.reports or rank in out.dead:
                 continue
-            report = protocol.read_report(self.job_dir, rank, tag)
+            report = self._reports[rank].take(tag)
             if report is not None:
                 out.reports[rank] = report
                 continue
@@ -267,14 +273,14 @@ class RankSet:
             if code is None and gone:
                 code = self.proc.returncode if self.proc.returncode else -signal.SIGKILL
             if code is not None:
-                report = protocol.read_report(self.job_dir, rank, tag)  # may have landed just now
+                report = self._reports[rank].take(tag)  # may have landed just now
                 if report is not None:
                     out.reports[rank] = report
                 else:
                     out.dead[rank] = code
 
     def phases(self) -> dict[int, str]:
-        return {r: protocol.read_phase(self.job_dir, r) for r in self.ranks}
+        return {r: self._reports[r].phase for r in self.ranks}
 
     def wait(self, tag: str, deadline: float, since: float, poll_s: float = POLL_S) -> StepOutcome:
         return wait_for(tag, self.ranks, lambda out: self.collect(tag, out), self.phases, deadline, since, poll_s)
@@ -318,6 +324,8 @@ class RankSet:
                 pipe.close()
             except OSError:
                 pass
+        for reader in self._reports.values():
+            reader.close()
         self._store = None  # closes the rendezvous server
 
     def signal_kill(self) -> None:

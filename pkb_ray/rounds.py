@@ -5,6 +5,8 @@ Two rank sets take turns on the same devices: the gang's clean set times the ref
 sample's own set the candidate. Before every step of the clean set, every process of the
 candidate's sandbox is stopped (:meth:`pkb_ray.ranks.Ranks.freeze`), and resumed after it: while
 the reference runs, nothing the candidate patched, registered or started can run or touch it.
+The clean set is stopped likewise during the candidate's steps, so that the two sides' regions
+start alike, in processes just resumed.
 
 For every region the parent draws a fresh nonce (the calls' inputs), sends the command, and
 brackets it with its own clock until the last rank reports. After a timed candidate region the
@@ -201,7 +203,15 @@ class RoundDriver:
             self.timing.what = f"{what}, past the sample's deadline ({self.deadline.budget_s:.0f} s from its trials)"
             return None
         if side is Side.CAND:
-            outcome = self._timed_run(self.ranks, cmd, left)
+            # the clean set stopped too: each side's command then meets processes just resumed, so
+            # both brackets hold the same wake-up (the hidden-time check compares them)
+            if not self.clean.freeze(FREEZE_TIMEOUT_S):
+                self.clean.thaw()
+                raise CleanSetFailed(f"{what}: the clean set did not stop", StepOutcome(cmd["step"]))
+            try:
+                outcome = self._timed_run(self.ranks, cmd, left)
+            finally:
+                self.clean.thaw()
             if not outcome.ok:
                 late = outcome.missing and self.deadline.passed
                 self.timing.failed, self.timing.what = outcome, what + (

@@ -3,8 +3,8 @@
 All W ranks of a sample share one sandbox (one PID namespace, so that NCCL, CUDA IPC and torch
 symmetric memory work between them), so one process inside starts them: this one. It imports
 no torch and no candidate. For each rank it starts ``pkb_ray.runner.rank`` with that rank's
-command pipe (a file descriptor the parent passed through the sandbox) as stdin and its log as
-stdout, then waits; when a rank ends, it writes ``rank<R>.exit`` (its exit code, negative for a
+command pipe (a file descriptor the parent passed through the sandbox) as stdin, the write end of
+its report pipe, and its log as stdout, then waits; when a rank ends, it writes ``rank<R>.exit`` (its exit code, negative for a
 signal) in the job folder. It exits when every rank has ended; the sandbox, and everything any
 rank started, goes with it.
 """
@@ -34,12 +34,15 @@ def main(argv: list[str] | None = None) -> int:
     spec = json.loads((argv or sys.argv[1:])[0])
     job_dir = Path(spec["job_dir"])
     procs = {}
-    for rank, fd in zip(spec["ranks"], spec["fds"]):
+    for rank, fd, report_fd in zip(spec["ranks"], spec["fds"], spec["report_fds"]):
         log = open(job_dir / f"rank{rank}.log", "wb")
-        procs[subprocess.Popen(spec["argv"] + ["--rank", str(rank), "--device", spec["devices"][str(rank)]],
-                               stdin=fd, stdout=log, stderr=subprocess.STDOUT, cwd=os.getcwd()).pid] = rank
+        procs[subprocess.Popen(spec["argv"] + ["--rank", str(rank), "--device", spec["devices"][str(rank)],
+                                               "--report-fd", str(report_fd)],
+                               stdin=fd, stdout=log, stderr=subprocess.STDOUT, cwd=os.getcwd(),
+                               pass_fds=(report_fd,)).pid] = rank
         log.close()
         os.close(fd)
+        os.close(report_fd)
     while procs:
         try:
             pid, status = os.wait()

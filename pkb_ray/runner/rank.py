@@ -12,8 +12,8 @@ from the command pipe (the stdin it was started with; the candidate gets /dev/nu
                (:mod:`pkb_ray.runner.candidate`).
 ``exit``       leave.
 
-Every step ends with ``<job_dir>/rank<R>.<tag>.json`` written atomically (the tag is the step's
-name unless the command gives one: repeated steps such as regions get one each). A step that raises
+Every step ends with a report on the rank's report pipe (:mod:`pkb_ray.runner.protocol`), under
+the command's tag (the step's name unless the command gives one). A step that raises
 reports ``import_error`` or ``runtime_error`` with the traceback; anything worse (a hang, a
 segfault, ``os._exit``) is seen by the parent as a missing report.
 """
@@ -38,9 +38,13 @@ STORE_UP = "store.up"  # in the job folder: rank 0's store listens (with --host-
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     job_dir = Path(args.job_dir)
+    protocol.use_report_pipe(args.report_fd)
     commands = os.fdopen(os.dup(0), "r")  # keep the command pipe; the candidate gets /dev/null
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
+
+    if args.device == "cpu":
+        pin(args.rank, args.world_size)
 
     import torch
     import torch.distributed as dist
@@ -66,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
     dist.barrier()
-    protocol.write_report(job_dir, args.rank, protocol.Step.READY, {"status": "ok", "pid": os.getpid(), "device": str(device)})
+    protocol.write_report(protocol.Step.READY, {"status": "ok", "pid": os.getpid(), "device": str(device)})
 
     if args.role == "clean":
         from pkb_ray.runner.clean import CleanSession as Session
@@ -85,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             report = {"status": failure.status, "message": failure.message}
         except BaseException:  # noqa: BLE001 - anything the step raised is the step's verdict
             report = {"status": Status.RUNTIME_ERROR.value, "message": traceback.format_exc()}
-        protocol.write_report(job_dir, args.rank, cmd.get("tag", step), report)
+        protocol.write_report(cmd.get("tag", step), report)
     try:
         dist.destroy_process_group()
     except Exception:  # noqa: BLE001 - a broken group is fine to leave behind: we exit
@@ -93,6 +97,17 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # skip interpreter teardown: candidate threads or atexit hooks must not hang us
+
+
+def pin(rank: int, world_size: int) -> None:
+    """Keep a CPU rank (and the threads it starts) on its own share of the cores: rank r of every
+    rank set on the same ones. The clean set and a candidate's take turns on the cores (one is
+    always stopped), so each side's ranks run where the other's ran, rather than wherever the
+    scheduler happened to wake them (two ranks on one core: +30 % a call, for a whole sample)."""
+    cores = sorted(os.sched_getaffinity(0))
+    share = max(1, len(cores) // world_size)
+    mine = cores[(rank * share) % len(cores):][:share]
+    os.sched_setaffinity(0, mine)
 
 
 def _wait_for(path: Path, timeout_s: float) -> None:
@@ -123,6 +138,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backend", choices=("gloo", "nccl"), required=True)
     p.add_argument("--device", required=True, help="cpu or cuda:N")
     p.add_argument("--job-dir", required=True)
+    p.add_argument("--report-fd", type=int, required=True, help="the write end of this rank's report pipe")
     p.add_argument("--pg-timeout", type=float, default=600.0)
     p.add_argument("--num-threads", type=int, default=0)
     p.add_argument("--role", choices=("clean", "candidate"), default="candidate",

@@ -160,4 +160,4 @@ class RankSession:
             torch.cuda.synchronize(self.device)
 
     def _phase(self, phase: str) -> None:
-        set_phase(self.job_dir, self.rank, phase)
+        set_phase(phase)

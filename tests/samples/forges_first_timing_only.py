@@ -7,16 +7,13 @@ import torch.distributed as dist
 from pkb_ray.runner import protocol
 
 
-def _forged(job_dir, rank, step, report):
+def _forged(step, report):
     if step.startswith("region.") and "us" in report and _forge_state.get("cand"):
         _forge_state["regions"] = _forge_state.get("regions", 0) + 1
         if _forge_state["regions"] <= 102:
             report = {**report, "us": report["us"] / 50}
     _forge_state["cand"] = False
-    path = report_path(job_dir, rank, step)  # noqa: F821 - resolved in protocol's globals
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report))  # noqa: F821
-    os.replace(tmp, path)  # noqa: F821
+    deliver({"tag": step, "report": report})  # noqa: F821 - resolved in protocol's globals
 
 
 protocol._forge_state = {}
