@@ -95,14 +95,18 @@ class ReportReader:
     def take(self, tag: str) -> dict[str, Any] | None:
         """The report of ``tag`` once it came; an ``unreadable_report`` once garbage came."""
         self.poll()
-        if tag in self._reports:
-            return self._reports.pop(tag)
+        if tag == Step.READY:  # asked again whenever a set is waited for (prewarmed, then taken)
+            found = self._reports.get(tag)
+            if found is not None:
+                return found
+        elif tag in self._reports:
+            return self._reports.pop(tag)  # a step's report is read once: a clean set's would pile up
         if self._garbage:
             return {"status": "unreadable_report", "message": self._garbage}
         return None
 
     def poll(self) -> None:
-        while not self.eof:
+        while not self.eof and self.fd >= 0:
             try:
                 chunk = os.read(self.fd, 1 << 20)
             except BlockingIOError:
@@ -141,7 +145,10 @@ class ReportReader:
             self._garbage = f"a line on the report pipe that is not a report: {line[:200]!r}"
 
     def close(self) -> None:
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
+        """Close the pipe, once: a second os.close could close a descriptor reused since."""
+        fd, self.fd, self.eof = self.fd, -1, True
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
