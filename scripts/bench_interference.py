@@ -50,11 +50,14 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=15.0, help="eval.timeout_s")
     p.add_argument("--timing-mode", default="eager")
     p.add_argument("--samples", default=",".join(SAMPLES))
+    p.add_argument("--numel", type=int, default=0, help="eval.size as {numel: N} (default: the profile's size)")
+    p.add_argument("--rounds", type=int, default=0, help="eval.rounds (default: the profile's)")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     gpu = args.device == "cuda"
     cfg = OmegaConf.to_container(OmegaConf.load(HERE / f"conf/eval/{'gpu' if gpu else 'cpu'}.yaml"))
-    cfg.update(timeout_s=args.timeout, timing_mode=args.timing_mode)
+    cfg.update(timeout_s=args.timeout, timing_mode=args.timing_mode, **({"size": {"numel": args.numel}} if args.numel else {}),
+               **({"rounds": args.rounds} if args.rounds else {}))
     problems = load_problems(problems_dir(args.world_size))
     devices = [f"cuda:{i}" for i in range(args.world_size)] if gpu else ["cpu"] * args.world_size
     hardware = HardwareConfig(name="bench", device=args.device, world_sizes=[args.world_size],
