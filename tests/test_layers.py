@@ -13,11 +13,12 @@ LAYERS = {  # 7 = the command, 6 = entry points ... 1 = pure data and rules
     4: ["stages.compile", "stages.evaluate", "stages.generate", "stages.validate", "llm", "prompt", "telemetry"],
     3: ["gang", "cluster", "spread", "harness", "references", "rounds", "rank_pool", "ranks", "problem_check"],
     2: ["runner", "runner.extensions", "runner.launch", "runner.protocol", "runner.rank", "runner.resident",
-        "runner.steps", "runner.tensor_io", "runner.trace", "cuda", "sandbox", "allowlist", "reaper", "reference_store"],
+        "runner.session", "runner.clean", "runner.candidate", "runner.watch", "runner.graphs", "runner.loading",
+        "runner.tensor_io", "runner.trace", "cuda", "sandbox", "allowlist", "reaper", "reference_store", "freezer"],
     1: ["problem", "schema", "metrics", "timing", "correctness", "config", "placement", "results", "samples",
-        "selection", "verdict", "paths", "names", "scheduler", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.static"],
+        "selection", "verdict", "paths", "names", "scheduler", "interference", "deadlines", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.static"],
 }
-PURE = ["problem", "schema", "metrics", "timing", "names", "scheduler"]  # no Ray, no processes
+PURE = ["problem", "schema", "metrics", "timing", "names", "scheduler", "interference", "deadlines"]  # no Ray, no processes
 LAYER = {f"pkb_ray.{m}": n for n, mods in LAYERS.items() for m in mods}
 
 
@@ -60,3 +61,15 @@ def test_the_pure_modules_start_nothing():
         heavy = {i.split(".")[0] for i in _imports(REPO / "pkb_ray" / f"{name}.py")} & {"ray", "subprocess",
                                                                                         "multiprocessing"}
         assert not heavy, f"{name} imports {heavy}"
+
+
+def test_the_runner_is_split_by_trust_into_small_modules():
+    # what the clean set runs, what a candidate's set runs, the watches, graph capture and
+    # candidate loading each in a module of its own (issue 28); none over 300 lines
+    runner = REPO / "pkb_ray" / "runner"
+    sizes = {f.name: len(f.read_text().splitlines()) for f in runner.glob("*.py")}
+    assert {"clean.py", "candidate.py", "session.py", "watch.py", "graphs.py", "loading.py"} <= set(sizes)
+    assert "steps.py" not in sizes
+    assert {name: n for name, n in sizes.items() if n > 300} == {}
+    clean = _imports(runner / "clean.py")
+    assert not any(m.startswith("pkb_ray.runner.candidate") for m in clean)  # the clean set never loads one
