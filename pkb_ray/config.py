@@ -98,7 +98,8 @@ class EvalConfig(_Strict):
     rounds: int = Field(20, ge=1, description="timed rounds per side (reference and candidate interleaved)")
     round_us: float = Field(2000.0, gt=0, description="target length of one round; sets its back-to-back calls")
     max_round_calls: int = Field(200, ge=1, description="at most this many calls in one round")
-    timeout_s: float = Field(60.0, gt=0, description="limit for each step of a sample (trials, timing)")
+    timeout_s: float = Field(60.0, gt=0, description="the deadline of one sample, from its trials through its "
+                             "last timed region: every wait for it ends by then (pkb_ray.deadlines)")
     startup_timeout_s: float = Field(120.0, gt=0, description="limit for rank processes to join their group")
     compile_timeout_s: float = Field(300.0, gt=0, description="limit for nvcc on one CUDA source")
     inline_build_timeout_s: float = Field(600.0, gt=0, description="extra time for the trial step of samples "
