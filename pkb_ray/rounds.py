@@ -18,11 +18,12 @@ the sample's :class:`~pkb_ray.deadlines.Deadline` (the clean set's by it plus th
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from pkb_ray.config import EvalConfig
 from pkb_ray.deadlines import MARGIN_S, Deadline
@@ -193,49 +194,39 @@ class RoundDriver:
         return True
 
     def _step(self, side: Side, cmd: dict[str, Any], what: str) -> StepOutcome | None:
-        """One step on the set that runs ``side``: a candidate's by the sample's deadline, the clean
-        set's by the deadline plus the margin, with every process of the candidate's set stopped.
-        None (``timing.failed`` set) when the candidate's step failed; the clean set's raises."""
+        """One step on the set that runs ``side``, the other set stopped meanwhile: a candidate's
+        by the sample's deadline, the clean set's by the deadline plus the margin. None
+        (``timing.failed`` set) when the candidate's step failed; the clean set's raises."""
         left = self.deadline.left(self.cfg.timeout_s)
         if self.ranks is not None and left <= 0:  # nothing more of this sample runs
-            self.timing.failed = StepOutcome(cmd["step"], missing=list(self.ranks.ranks), phases=self.ranks.phases(),
-                                             elapsed_s=time.monotonic() - self.deadline.started)
-            self.timing.what = f"{what}, past the sample's deadline ({self.deadline.budget_s:.0f} s from its trials)"
-            return None
+            return self._failed(cmd, f"{what}, past the sample's deadline ({self.deadline.budget_s:.0f} s from its trials)")
         if side is Side.CAND:
             # the clean set stopped too: each side's command then meets processes just resumed, so
             # both brackets hold the same wake-up (the hidden-time check compares them)
-            if not self.clean.freeze(FREEZE_TIMEOUT_S):
-                self.clean.thaw()
-                raise CleanSetFailed(f"{what}: the clean set did not stop", StepOutcome(cmd["step"]))
-            try:
+            with _stopped(self.clean, FREEZE_TIMEOUT_S) as stopped:
+                if not stopped:
+                    raise CleanSetFailed(f"{what}: the clean set did not stop", StepOutcome(cmd["step"]))
                 outcome = self._timed_run(self.ranks, cmd, left)
-            finally:
-                self.clean.thaw()
             if not outcome.ok:
                 late = outcome.missing and self.deadline.passed
                 self.timing.failed, self.timing.what = outcome, what + (
                     f", at the sample's deadline ({self.deadline.budget_s:.0f} s from its trials)" if late else "")
                 return None
             return outcome
-        if self.ranks is None:  # a quiet baseline: no candidate alive
+        with _stopped(self.ranks, min(FREEZE_TIMEOUT_S, left)) as stopped:  # no candidate's set: a quiet baseline
+            if not stopped:
+                return self._failed(cmd, f"{what}: the candidate's processes did not stop within {FREEZE_TIMEOUT_S:.0f} s")
             outcome = self._timed_run(self.clean, cmd, self.deadline.left(self.cfg.timeout_s, margin=MARGIN_S))
-            if not outcome.ok:
-                raise CleanSetFailed(what, outcome)
-            return outcome
-        if not self.ranks.freeze(min(FREEZE_TIMEOUT_S, left)):
-            self.ranks.thaw()
-            self.timing.failed = StepOutcome(cmd["step"], missing=list(self.ranks.ranks), phases=self.ranks.phases(),
-                                             elapsed_s=time.monotonic() - self.deadline.started)
-            self.timing.what = f"{what}: the candidate's processes did not stop within {FREEZE_TIMEOUT_S:.0f} s"
-            return None
-        try:
-            outcome = self._timed_run(self.clean, cmd, self.deadline.left(self.cfg.timeout_s, margin=MARGIN_S))
-        finally:
-            self.ranks.thaw()
         if not outcome.ok:
             raise CleanSetFailed(what, outcome)
         return outcome
+
+    def _failed(self, cmd: dict[str, Any], what: str) -> None:
+        """The candidate's step as failed without an answer from its ranks (``what`` says why)."""
+        self.timing.failed = StepOutcome(cmd["step"], missing=list(self.ranks.ranks), phases=self.ranks.phases(),
+                                         elapsed_s=time.monotonic() - self.deadline.started)
+        self.timing.what = what
+        return None
 
     def _timed_run(self, ranks: Ranks, cmd: dict[str, Any], timeout_s: float) -> StepOutcome:
         """``ranks.run``, its bracket (microseconds from sending to the last report) kept: freezing
@@ -263,6 +254,18 @@ class RoundDriver:
         self.timing.picks[pick_id] = {"id": pick_id, "side": side.value, "region": i, "index": index, "mode": region.mode,
                                       "nonce": region.nonce, "commits": commits}
         return {"keep_index": index, "keep_id": pick_id, "out_dir": str(self.kept_dir), "seeds": [pick_id]}
+
+
+@contextlib.contextmanager
+def _stopped(ranks: Ranks | None, timeout_s: float) -> Iterator[bool]:
+    """Every process of ``ranks`` stopped (True; False if not in time) for the block, resumed after."""
+    if ranks is None:
+        yield True
+        return
+    try:
+        yield ranks.freeze(timeout_s)
+    finally:
+        ranks.thaw()
 
 
 def _at(values: Any, index: int) -> Any:

@@ -1,3 +1,4 @@
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -38,6 +39,21 @@ def make_harness(problems, cache_dir, tmp_path):
     yield make
     for h in made:
         h.close()
+
+
+@contextlib.contextmanager
+def local_ray(gpus: int):
+    """A local Ray with ``gpus`` logical GPUs, its processes setting no CUDA_VISIBLE_DEVICES (as gangs want)."""
+    import ray
+
+    from pkb_ray.cluster import NOSET_CUDA
+
+    os.environ[NOSET_CUDA] = "1"
+    ray.init(num_cpus=4, num_gpus=gpus, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
 
 
 def pid_alive(pid: int) -> bool:

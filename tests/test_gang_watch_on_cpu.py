@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from conftest import REPO, pid_alive, rank_processes_left
-from pkb_ray.cluster import NOSET_CUDA
+from conftest import REPO, local_ray, pid_alive, rank_processes_left
 from pkb_ray.config import SweepConfig
 from pkb_ray.placement import Layout
 from pkb_ray.schema import EvalTask, Sample, Status, Where
@@ -25,10 +24,8 @@ COPY = REPO / "samples/replay/all_reduce/00_reference_copy.py"
 
 @pytest.fixture(scope="module")
 def cluster():
-    os.environ[NOSET_CUDA] = "1"
-    ray.init(num_cpus=4, num_gpus=GPUS, include_dashboard=False, configure_logging=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+    with local_ray(GPUS):
+        yield
 
 
 def config(tmp_path: Path) -> SweepConfig:

@@ -3,7 +3,6 @@
 One Ray instance for the module (6 logical GPUs), so gangs of W=2 and W=4 fit side by side.
 """
 
-import os
 import threading
 import time
 from pathlib import Path
@@ -11,9 +10,8 @@ from pathlib import Path
 import pytest
 import ray
 
-from conftest import HOSTILE, REPO, rank_processes, rank_processes_left
+from conftest import HOSTILE, REPO, local_ray, rank_processes, rank_processes_left
 from pkb_ray.config import SweepConfig
-from pkb_ray.cluster import NOSET_CUDA
 from pkb_ray.stages.evaluate import GangPool
 from pkb_ray.placement import Layout
 from pkb_ray.schema import EvalTask, Sample, Status, Where
@@ -23,10 +21,8 @@ GPUS = 6
 
 @pytest.fixture(scope="module")
 def cluster():
-    os.environ[NOSET_CUDA] = "1"
-    ray.init(num_cpus=4, num_gpus=GPUS, include_dashboard=False, configure_logging=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+    with local_ray(GPUS):
+        yield
 
 
 def config(tmp_path: Path, world_sizes: list[int], timeout_s: float = 8.0) -> SweepConfig:
