@@ -33,7 +33,7 @@ from pkb_ray.config import EvalConfig, HardwareConfig
 from pkb_ray.deadlines import MARGIN_S, Deadline
 from pkb_ray.interference import RefTimes, slowed
 from pkb_ray.cuda import DEFAULT_ARCH, ENV_ARCH, ENV_CACHE, ENV_TIMEOUT
-from pkb_ray.names import EvalPhase, TimingMode
+from pkb_ray.names import EvalPhase, Side, TimingMode
 from pkb_ray.problem import Problem, Tolerance, Traffic, sol_time_us
 from pkb_ray.rank_pool import CleanRanks, RankPool
 from pkb_ray.ranks import Isolation, Ranks, RankSet, StepOutcome
@@ -41,11 +41,10 @@ from pkb_ray.reference_store import default_key_file
 from pkb_ray.references import ReferenceChanged, ReferenceFailed, References, base_seeds, trial_seeds
 from pkb_ray.rounds import CleanSetFailed, RoundDriver, Timing
 from pkb_ray.runner.extensions import arch_list
-from pkb_ray.runner.protocol import Step
 from pkb_ray.schema import Result, Sample, Status, TrialRecord, Where
 from pkb_ray.timing import median_iqr, sample_time, speedup
-from pkb_ray.verdict import (StepView, Verdict, forged_time, step_failure, tampering, timed_verdict,
-                             trial_verdict)
+from pkb_ray.verdict import Evidence, StepView, Verdict, forged_time, interfered, judge
+from pkb_ray.wire import Case, ChecksReport, Failure, RunTrials
 
 __all__ = ["Harness", "ReferenceFailed", "describe"]
 
@@ -57,8 +56,8 @@ def describe(outcome: StepOutcome, ranks: Ranks) -> str:
         tail = ranks.log_tail(rank)
         return f"rank {rank} {how} during {outcome.phases.get(rank, '?')!r}" + (f"; its output:\n{tail}" if tail else "")
     for rank, report in sorted(outcome.reports.items()):
-        if report.get("status") != "ok":
-            return f"rank {rank}: {report.get('message', '')}"
+        if isinstance(report, Failure):
+            return f"rank {rank}: {report.message}"
     if outcome.missing:
         where = "; ".join(f"rank {r} in {outcome.phases.get(r, '?')!r}" for r in outcome.missing)
         return f"no answer after {outcome.elapsed_s:.1f} s: {where}"
@@ -69,18 +68,22 @@ def _side_times(regions) -> tuple[tuple[list[tuple[float, float]], float], ...]:
     """(per-rank (median, IQR), the sample's time) of each side, reference then candidate."""
     ranks = sorted({r for g in regions for r in g.reports})
     out = []
-    for side in ("ref", "cand"):
-        per_rank = [median_iqr([float(g.reports[r]["us"]) for g in regions if g.side == side]) for r in ranks]
+    for side in (Side.REF, Side.CAND):
+        per_rank = [median_iqr([g.reports[r].us for g in regions if g.side is side]) for r in ranks]
         out.append((per_rank, sample_time([m for m, _ in per_rank])))
     return tuple(out)
 
 
-def step_verdict(outcome: StepOutcome, ranks: Ranks, prefix: str = "") -> Verdict | None:
-    found = step_failure(StepView(outcome.reports, outcome.dead, outcome.missing))
-    if found is None:
-        return None
-    message = found.message if found.status is Status.TAMPERING else describe(outcome, ranks)
-    return Verdict(found.status, prefix + message, found.rank)
+def _records(checks: dict[int, ChecksReport], kind: str = "trial") -> list[TrialRecord]:
+    """The clean set's findings as the result's trial records."""
+    return [TrialRecord(kind=kind, seed=c.id, rank=r, ok=c.ok, max_abs_error=c.max_abs_error,
+                        message=f"{c.where}: {c.message}" if c.message else "")
+            for r, rep in sorted(checks.items()) for c in rep.checks]
+
+
+def view(outcome: StepOutcome, ranks: Ranks) -> StepView:
+    """A step as the verdict sees it, with the parent's account of it when it went wrong."""
+    return StepView(outcome.reports, outcome.dead, outcome.missing, "" if outcome.ok else describe(outcome, ranks))
 
 
 class PhaseClock:
@@ -221,17 +224,16 @@ class Harness:
         fresh quiet baseline, then evaluated once more; slowed again, it is tampering
         (:mod:`pkb_ray.interference`)."""
         key = (problem.id, dtype, json.dumps(knobs, sort_keys=True))
-        base = {"problem_path": str(problem.path), "dtype": dtype, "size": knobs}
-        first = self._slowed(fields, key, base) and self._slowed(fields, key, base, fresh=True)
+        case = Case(problem_path=str(problem.path), dtype=dtype, size=knobs)
+        first = self._slowed(fields, key, case) and self._slowed(fields, key, case, fresh=True)
         if first:
             fields = attempt(expected)
-            again = self._slowed(fields, key, base)
+            again = self._slowed(fields, key, case)
             if again:
-                fields["verdict"] = Verdict(Status.TAMPERING, "the reference ran slower beside this sample than alone, "
-                                            f"in two evaluations (interference): {first}; again: {again}")
+                fields["verdict"] = interfered(first, again)
         return fields
 
-    def _slowed(self, fields: dict, key: tuple, base: dict, fresh: bool = False) -> str:
+    def _slowed(self, fields: dict, key: tuple, case: Case, fresh: bool = False) -> str:
         """Why the reference ran materially slower in this evaluation's rounds than in the quiet
         baseline of its mode and calls per region (measured now if ``fresh`` or missing), or ""."""
         timing = fields.get("timing")
@@ -243,17 +245,17 @@ class Harness:
                 continue
             slot = (*key, mode, during.k)
             if fresh or slot not in self._quiet:
-                self._quiet[slot] = self._quiet_baseline(base, mode, during.k)
+                self._quiet[slot] = self._quiet_baseline(case, mode, during.k)
             found = slowed(during, self._quiet[slot])
             if found:
                 return f"{mode}: {found}"
         return ""
 
-    def _quiet_baseline(self, base: dict, mode: str, k: int) -> RefTimes:
+    def _quiet_baseline(self, case: Case, mode: str, k: int) -> RefTimes:
         """The reference's regions timed by the clean set with no candidate alive."""
         self.pool.settle()  # the last candidate's set gone, the next ones started and idle
         self._expect_within(self.cfg.timeout_s)
-        driver = RoundDriver(None, self.clean.get(), base, self.cfg, self.work_dir, base_seeds(self.cfg),
+        driver = RoundDriver(None, self.clean.get(), case, self.cfg, self.work_dir, base_seeds(self.cfg),
                              Deadline.after(self.cfg.timeout_s))
         try:
             return RefTimes.of(driver.quiet(mode, k))
@@ -262,67 +264,65 @@ class Harness:
             raise ReferenceFailed(str(exc)) from None
 
     def _run(self, sample, problem, ranks, dtype, knobs, expected, clock, ensure) -> dict:
+        """Gather the sample's evidence stage by stage, and stop at the first verdict
+        (:func:`pkb_ray.verdict.judge` decides, and in which order its rules apply)."""
         self._expect_within(self.cfg.startup_timeout_s)
         ready = ranks.wait_ready(self.cfg.startup_timeout_s)
         if not ready.ok:
             raise RuntimeError(f"rank processes did not start: {describe(ready, ranks)}")
-        device = {r: str(rep.get("device", "")) for r, rep in ready.reports.items()}
+        evidence = Evidence(device={r: rep.device for r, rep in ready.reports.items()})
         clock.lap(EvalPhase.READY)
         candidate = ranks.job_dir / "candidate.py"
         candidate.write_text(sample.source)
         out_dir = ranks.job_dir / "outputs"
         out_dir.mkdir()
-        base = {"problem_path": str(problem.path), "dtype": dtype, "size": knobs}
+        case = Case(problem_path=str(problem.path), dtype=dtype, size=knobs)
         # a sample that builds its extensions on the rank (PKB's load_inline) gets the build's time too
         builds = sample.metadata.get("format") == "pkb"
         # from here the sample's own deadline: every wait below ends by it (the clean set's by it plus the margin)
         deadline = Deadline.after(self.cfg.timeout_s + (self.cfg.inline_build_timeout_s if builds else 0.0))
         self._expect_within(deadline.budget_s + MARGIN_S)
-        outcome = ranks.run({**base, "step": Step.TRIALS, "candidate_path": str(candidate), "seeds": expected.seeds,
-                             "structure": expected.structure, "out_dir": str(out_dir),
-                             "prebuilt": sample.metadata.get("torch_extensions", ""),
-                             "arch_list": arch_list(self.hardware.arch or DEFAULT_ARCH)},
-                            deadline.left())
+        cmd = RunTrials(case=case, candidate_path=str(candidate), seeds=expected.seeds, structure=expected.structure,
+                        out_dir=str(out_dir), prebuilt=sample.metadata.get("torch_extensions", ""),
+                        arch_list=arch_list(self.hardware.arch or DEFAULT_ARCH))
+        outcome = ranks.run(cmd, deadline.left())
         clock.lap(EvalPhase.TRIALS)
-        rank_builds = {"rank_builds": max((int(rep.get("rank_builds") or 0) for rep in outcome.reports.values()),
+        evidence.trials = view(outcome, ranks)
+        rank_builds = {"rank_builds": max((getattr(rep, "rank_builds", 0) for rep in outcome.reports.values()),
                                           default=None)} if builds else {}
-        found = step_verdict(outcome, ranks) or tampering(outcome.reports)
+        found = judge(evidence)
         if found:  # by PKB's rule too, a sample that fails to run its first call fails
             return {"verdict": found, "pkb_verdict": False, **rank_builds}
         tol = self.tolerance(problem, dtype)
         try:
-            checks = self.references.check_trials(base, expected, out_dir, tol, deadline.left(margin=MARGIN_S))
+            checks = self.references.check_trials(case, expected, out_dir, tol, deadline.left(margin=MARGIN_S))
         except ReferenceChanged:  # changed on disk since verified (a sample outside a sandbox?): recompute
             expected = ensure()
-            checks = self.references.check_trials(base, expected, out_dir, tol, deadline.left(margin=MARGIN_S))
-        trials = [TrialRecord(seed=c["id"], rank=r, ok=c["ok"], message=f"{c['where']}: {c['message']}" if c["message"]
-                              else "", max_abs_error=c["max_abs_error"]) for r, rep in sorted(checks.items())
-                  for c in rep["checks"]]
+            checks = self.references.check_trials(case, expected, out_dir, tol, deadline.left(margin=MARGIN_S))
+        evidence.checks, evidence.reference = checks, expected.reference
+        trials = _records(checks)
         clock.lap(EvalPhase.CHECK)
-        first = [c.get("pkb") for rep in checks.values() for c in rep["checks"] if c["id"] == expected.seeds[0]]
+        first = [c.pkb for rep in checks.values() for c in rep.checks if c.id == expected.seeds[0]]
         pkb = {"pkb_verdict": bool(first) and all(first), **rank_builds}
-        found = trial_verdict(outcome.reports, checks, expected.reference, device)
+        found = judge(evidence)
         if found:
             return {"verdict": found, "trials": trials, **pkb}
         self.pool.quiet()
         clock.lap(EvalPhase.QUIET)
-        timing, kept = self._confirmed_rounds(ranks, base, deadline)
+        timing, kept = self._confirmed_rounds(ranks, case, deadline)
         clock.lap(EvalPhase.TIMING)
-        if timing.failed:
-            found = step_verdict(timing.failed, ranks, prefix=f"during timing ({timing.what}): ")
-            return {"verdict": found or tampering(timing.failed.reports), "trials": trials, **pkb}
-        found = tampering(timing.watched) or next((v for g in timing.regions if (v := tampering(g.reports))), None)
+        evidence.timing_failed = view(timing.failed, ranks) if timing.failed else None
+        evidence.timing_what, evidence.watched = timing.what, timing.watched
+        found = judge(evidence)
         if found:
             return {"verdict": found, "trials": trials, **pkb}
-        timed = self.references.check_timed(base, timing.picks, kept, tol, base_seeds(self.cfg),
+        timed = self.references.check_timed(case, timing.picks, kept, tol, base_seeds(self.cfg),
                                             deadline.left(margin=MARGIN_S))
         clock.lap(EvalPhase.TIMED_CHECK)
-        trials += [TrialRecord(kind="timed", seed=c["id"], rank=r, ok=c["ok"], max_abs_error=c["max_abs_error"],
-                               message=f"{c['where']}: {c['message']}" if c["message"] else "")
-                   for r, rep in sorted(timed.items()) for c in rep["checks"]]
+        evidence.regions, evidence.picks, evidence.timed_checks = timing.regions, timing.picks, timed
+        trials += _records(timed, kind="timed")
         fields = self._timing_fields(problem, dtype, knobs, timing, trials, expected.traffic)
-        found = timed_verdict(timing.regions, timed, timing.picks, device)
-        return {**fields, **pkb, "verdict": found or Verdict(Status.CORRECT, ""), "timing": timing}
+        return {**fields, **pkb, "verdict": judge(evidence) or Verdict(Status.CORRECT, ""), "timing": timing}
 
     def tolerance(self, problem: Problem, dtype: str) -> Tolerance:
         """The problem's tolerance for ``dtype``, unless ``eval.tolerances`` overrides it."""
@@ -331,7 +331,7 @@ class Harness:
             return problem.tolerance(dtype)
         return Tolerance(atol=override.atol, rtol=override.rtol, reason="set by eval.tolerances")
 
-    def _confirmed_rounds(self, ranks: Ranks, base: dict, deadline: Deadline) -> tuple[Timing, Path]:
+    def _confirmed_rounds(self, ranks: Ranks, case: Case, deadline: Deadline) -> tuple[Timing, Path]:
         """The timing rounds (and the folder their picked outputs are kept in), run a second time
         when the first look forged (hidden time, :func:`pkb_ray.verdict.forged_time`): a burst of
         load on a busy machine can look like hidden time once, a forger hides it every time. The
@@ -339,7 +339,7 @@ class Harness:
         for attempt in ("kept", "kept_again"):
             kept = ranks.job_dir / attempt
             kept.mkdir()
-            timing = RoundDriver(ranks, self.clean.get(), base, self.cfg, kept, base_seeds(self.cfg), deadline).run()
+            timing = RoundDriver(ranks, self.clean.get(), case, self.cfg, kept, base_seeds(self.cfg), deadline).run()
             if timing.failed or not forged_time(timing.regions):
                 break
         return timing, kept

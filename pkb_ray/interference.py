@@ -18,7 +18,7 @@ import statistics
 from dataclasses import dataclass
 
 from pkb_ray.names import Side
-from pkb_ray.verdict import Region, reported_us
+from pkb_ray.verdict import Region
 
 FLOOR = 0.2  # a reference this much slower than its quiet baseline (relative) is beyond load of the moment...
 NOISE_SIGMAS = 4.0  # ...and beyond this many standard errors of the difference of the two medians
@@ -44,7 +44,7 @@ class RefTimes:
         ranks = sorted({rank for r in refs for rank in r.reports})
         medians, errors = [], []
         for rank in ranks:
-            times = [t for r in refs if (t := reported_us(r.reports.get(rank, {}))) is not None]
+            times = [r.reports[rank].us for r in refs if rank in r.reports]
             medians.append(statistics.median(times) if times else float("nan"))
             errors.append(_median_error(times))
         return cls(refs[0].mode, refs[0].k, tuple(medians), tuple(errors), len(refs))

@@ -1,7 +1,7 @@
 """The words of the domain, defined once: what a sample is written in (:class:`Backend`), how its
 evaluation ends (:class:`Status`), how its calls are timed (:class:`TimingMode`), and where its
 evaluation time goes (:class:`EvalPhase`). The steps a rank runs are the rank protocol's
-(:class:`pkb_ray.runner.protocol.Step`).
+(:class:`pkb_ray.wire.Step`).
 
 No imports beyond the standard library: rank processes use these too.
 """

@@ -25,7 +25,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch.distributed as dist
 
@@ -33,7 +33,7 @@ from pkb_ray import allowlist, sandbox
 from pkb_ray.freezer import Freezer
 from pkb_ray.runner import protocol
 from pkb_ray.runner.launch import read_exit
-from pkb_ray.runner.protocol import Step
+from pkb_ray.wire import Answer, Command, Exit, Failure, Ready, Report, Step, encode_command, parse_report
 
 ERROR_GRACE_S = 2.0  # after one rank fails, how long the others get to report before being killed
 POLL_S = 0.02
@@ -46,18 +46,20 @@ LOOPBACK_ONLY = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
 
 @dataclass
 class StepOutcome:
-    """What a step left behind: reports, ranks that died silently, ranks still running."""
+    """What a step left behind: reports (each the step's record or a :class:`~pkb_ray.wire.Failure`),
+    ranks that died silently, ranks still running."""
 
     step: str
-    reports: dict[int, dict[str, Any]] = field(default_factory=dict)
+    reports: dict[int, Answer] = field(default_factory=dict)
     dead: dict[int, int] = field(default_factory=dict)  # rank -> exit code (negative: signal)
     missing: list[int] = field(default_factory=list)  # ranks with no report at the deadline
     phases: dict[int, str] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    answered_at: float = 0.0  # time.perf_counter() when the wait ended (before the reports were parsed)
 
     @property
     def ok(self) -> bool:
-        return not self.dead and not self.missing and all(r.get("status") == "ok" for r in self.reports.values())
+        return not self.dead and not self.missing and not any(isinstance(r, Failure) for r in self.reports.values())
 
 
 # NVLink multicast (NVLS) switches. Lent machines set them and forbid multicast; a rank keeps what
@@ -95,8 +97,9 @@ def child_env(extra: dict[str, str] | None = None, num_threads: int = 1, *, mult
 
 
 def wait_for(step: str, ranks: list[int], collect, phases, deadline: float, since: float,
-             poll_s: float = POLL_S) -> StepOutcome:
-    """Poll (``collect(outcome)``) until every rank reported, one failed (plus a grace), or the deadline."""
+             poll_s: float = POLL_S, kind: type[Report] = Report) -> StepOutcome:
+    """Poll (``collect(outcome)``, which adds the raw reports) until every rank reported, one failed
+    (plus a grace), or the deadline; then read each report as the step's record ``kind``."""
     out = StepOutcome(step)
     first_failure: float | None = None
     while True:
@@ -110,9 +113,11 @@ def wait_for(step: str, ranks: list[int], collect, phases, deadline: float, sinc
         if now >= deadline or (first_failure is not None and now - first_failure >= ERROR_GRACE_S):
             break
         time.sleep(poll_s)
+    out.answered_at = time.perf_counter()
     out.missing = [r for r in ranks if r not in out.reports and r not in out.dead]
     out.phases = phases()
     out.elapsed_s = time.monotonic() - since
+    out.reports = {rank: parse_report(kind, raw) for rank, raw in out.reports.items()}
     return out
 
 
@@ -149,7 +154,7 @@ class Ranks(Protocol):
 
     def wait_ready(self, timeout_s: float) -> StepOutcome: ...  # until every rank joined its process group
 
-    def run(self, cmd: dict[str, Any], timeout_s: float) -> StepOutcome: ...  # one step on every rank
+    def run(self, cmd: Command, timeout_s: float) -> StepOutcome: ...  # one step on every rank
 
     def log_tail(self, rank: int, chars: int = LOG_TAIL_CHARS) -> str: ...  # the end of a rank's output
 
@@ -237,10 +242,10 @@ class RankSet:
         return [self.proc.pid]
 
     def wait_ready(self, timeout_s: float) -> StepOutcome:
-        return self.wait(Step.READY, time.monotonic() + timeout_s, since=self.started_at)
+        return self.wait(Step.READY, time.monotonic() + timeout_s, since=self.started_at, kind=Ready)
 
-    def send(self, cmd: dict[str, Any]) -> None:
-        line = (json.dumps(cmd) + "\n").encode()
+    def send(self, cmd: Command) -> None:
+        line = encode_command(cmd)
         for pipe in self._pipes:
             try:
                 pipe.write(line)
@@ -248,16 +253,16 @@ class RankSet:
             except (BrokenPipeError, OSError, ValueError):
                 pass  # a dead rank: the wait that follows reports it
 
-    def tag(self, cmd: dict[str, Any]) -> dict[str, Any]:
+    def tag(self, cmd: Command) -> Command:
         """``cmd`` with a tag of its own: its reports never meet an earlier step's, and none can be
         sent before the command (the tag is unpredictable)."""
-        return {**cmd, "tag": f"{cmd['step']}.{next(self._tags)}.{secrets.token_hex(6)}"}
+        return cmd.model_copy(update={"tag": f"{cmd.step}.{next(self._tags)}.{secrets.token_hex(6)}"})
 
-    def run(self, cmd: dict[str, Any], timeout_s: float, poll_s: float = POLL_S) -> StepOutcome:
+    def run(self, cmd: Command, timeout_s: float, poll_s: float = POLL_S) -> StepOutcome:
         started = time.monotonic()
         cmd = self.tag(cmd)
         self.send(cmd)
-        return self.wait(cmd["tag"], started + timeout_s, since=started, poll_s=poll_s)
+        return self.wait(cmd.tag, started + timeout_s, since=started, poll_s=poll_s, kind=cmd.answer)
 
     def collect(self, tag: str, out: StepOutcome) -> None:
         """One look at each rank not yet accounted for in ``out``: its report, or its death."""
@@ -282,8 +287,10 @@ class RankSet:
     def phases(self) -> dict[int, str]:
         return {r: self._reports[r].phase for r in self.ranks}
 
-    def wait(self, tag: str, deadline: float, since: float, poll_s: float = POLL_S) -> StepOutcome:
-        return wait_for(tag, self.ranks, lambda out: self.collect(tag, out), self.phases, deadline, since, poll_s)
+    def wait(self, tag: str, deadline: float, since: float, poll_s: float = POLL_S,
+             kind: type[Report] = Report) -> StepOutcome:
+        return wait_for(tag, self.ranks, lambda out: self.collect(tag, out), self.phases, deadline, since, poll_s,
+                        kind)
 
     def log_tail(self, rank: int, chars: int = LOG_TAIL_CHARS) -> str:
         try:
@@ -304,7 +311,7 @@ class RankSet:
         if self.closed:
             return
         self.closed = True
-        self.send({"step": Step.EXIT})
+        self.send(Exit())
         try:
             self.proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:

@@ -25,7 +25,7 @@ from pkb_ray.problem import Problem, Tolerance
 from pkb_ray.rank_pool import CleanRanks
 from pkb_ray.reference_store import ReferenceStore, TamperedReference
 from pkb_ray.ranks import StepOutcome
-from pkb_ray.runner.protocol import Step
+from pkb_ray.wire import Case, CheckTimed, CheckTrials, ChecksReport, Command, ComputeReference, Failure, Pick, Tol
 
 log = logging.getLogger("pkb_ray.reference_store")
 INFO_FILE = "reference.json"  # per rank and seed: output structure (for poisoning) and aliasing
@@ -98,49 +98,50 @@ class References:
     def _compute(self, key: str, problem: Problem, dtype: str, size: dict, seeds: list[int]) -> Path:
         staged = self.store.staging()
         try:
-            cmd = {"step": Step.REFERENCE, "problem_path": str(problem.path), "dtype": dtype, "size": size,
-                   "seeds": seeds, "out_dir": str(staged)}
+            cmd = ComputeReference(case=Case(problem_path=str(problem.path), dtype=dtype, size=size), seeds=seeds,
+                                   out_dir=str(staged))
             outcome = self._run(cmd, f"reference of {problem.id}")
             reports = {str(r): rep for r, rep in sorted(outcome.reports.items())}
-            aliases = {str(s): sorted({a for rep in reports.values() for a in rep["aliases"][str(s)]}) for s in seeds}
-            info = {"structure": {r: rep["structure"] for r, rep in reports.items()}, "aliases": aliases,
-                    "input_bytes": {r: int(rep.get("input_bytes") or 0) for r, rep in reports.items()}}
-            if all(rep.get("traffic") for rep in reports.values()):
-                info["traffic"] = {r: rep["traffic"] for r, rep in reports.items()}
+            aliases = {str(s): sorted({a for rep in reports.values() for a in rep.aliases[str(s)]}) for s in seeds}
+            info = {"structure": {r: rep.structure for r, rep in reports.items()}, "aliases": aliases,
+                    "input_bytes": {r: rep.input_bytes for r, rep in reports.items()}}
+            if all(rep.traffic for rep in reports.values()):
+                info["traffic"] = {r: rep.traffic for r, rep in reports.items()}
             (staged / INFO_FILE).write_text(json.dumps(info))
             return self.store.commit(key, staged)
         finally:
             shutil.rmtree(staged, ignore_errors=True)
 
-    def check_trials(self, base: dict, expected: Expected, actual_dir: Path, tol: Tolerance,
-                     timeout_s: float | None = None) -> dict[int, dict]:
+    def check_trials(self, case: Case, expected: Expected, actual_dir: Path, tol: Tolerance,
+                     timeout_s: float | None = None) -> dict[int, ChecksReport]:
         """Per rank: the clean set's comparison of each trial's outputs and inputs after the call."""
-        cmd = {**base, "step": Step.CHECK_TRIALS, "seeds": expected.seeds, "expected_dir": str(expected.entry),
-               "expected_sha256": expected.sha256, "actual_dir": str(actual_dir),
-               "tolerance": {"atol": tol.atol, "rtol": tol.rtol}}
+        cmd = CheckTrials(case=case, seeds=expected.seeds, expected_dir=str(expected.entry),
+                          expected_sha256=expected.sha256, actual_dir=str(actual_dir),
+                          tolerance=Tol(atol=tol.atol, rtol=tol.rtol))
         return self._run(cmd, "checking the trials", timeout_s).reports
 
-    def check_timed(self, base: dict, picks: dict[int, dict], kept_dir: Path, tol: Tolerance,
-                    seeds: list[int], timeout_s: float | None = None) -> dict[int, dict]:
+    def check_timed(self, case: Case, picks: dict[int, Pick], kept_dir: Path, tol: Tolerance,
+                    seeds: list[int], timeout_s: float | None = None) -> dict[int, ChecksReport]:
         """Per rank: the clean set's recomputation and comparison of the picked timed calls."""
         if not picks:
             return {}
-        cmd = {**base, "step": Step.CHECK_TIMED, "picks": list(picks.values()), "seeds": list(picks), "base_seeds": seeds,
-               "actual_dir": str(kept_dir), "tolerance": {"atol": tol.atol, "rtol": tol.rtol}}
+        cmd = CheckTimed(case=case, picks=list(picks.values()), base_seeds=seeds, actual_dir=str(kept_dir),
+                         tolerance=Tol(atol=tol.atol, rtol=tol.rtol))
         return self._run(cmd, "checking the timed calls", timeout_s).reports
 
-    def _run(self, cmd: dict, what: str, timeout_s: float | None = None) -> StepOutcome:
+    def _run(self, cmd: Command, what: str, timeout_s: float | None = None) -> StepOutcome:
         """``cmd`` on the clean set, within ``timeout_s`` (a sample's deadline plus the margin; by
         default eval.timeout_s); a set that fails or does not answer is restarted."""
         ranks = self.clean.get()
         outcome = ranks.run(cmd, self.timeout_s if timeout_s is None else timeout_s)
-        changed = [rep for rep in outcome.reports.values() if rep.get("status") == "reference_changed"]
+        failures = {r: rep for r, rep in sorted(outcome.reports.items()) if isinstance(rep, Failure)}
+        changed = [rep for rep in failures.values() if rep.status == "reference_changed"]
         if changed:  # the set itself is fine; the entry is not (ensure() will find it so and recompute)
-            log.warning("%s: %s", what, changed[0].get("message"))
-            raise ReferenceChanged(changed[0].get("message", ""))
+            log.warning("%s: %s", what, changed[0].message)
+            raise ReferenceChanged(changed[0].message)
         if not outcome.ok:
-            reason = next((f"rank {r}: {rep.get('message', '')}" for r, rep in sorted(outcome.reports.items())
-                           if rep.get("status") != "ok"), f"dead {outcome.dead}, no answer from {outcome.missing}")
+            reason = next((f"rank {r}: {rep.status}: {rep.message}" for r, rep in failures.items()),
+                          f"dead {outcome.dead}, no answer from {outcome.missing}")
             self.clean.fail()
             raise ReferenceFailed(f"{what} failed in the clean rank set: {reason}")
         return outcome

@@ -23,15 +23,16 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 from pkb_ray.config import EvalConfig
 from pkb_ray.deadlines import MARGIN_S, Deadline
 from pkb_ray.names import TimingMode
 from pkb_ray.ranks import Ranks, StepOutcome
-from pkb_ray.runner.protocol import Side, Step
+from pkb_ray.names import Side
 from pkb_ray.timing import calls_per_round, round_order
-from pkb_ray.verdict import Region, reported_us
+from pkb_ray.verdict import Region
+from pkb_ray.wire import Answer, Capture, Case, Command, Keep, Pick, TimeRegion
 
 REGION_POLL_S = 0.0002  # the parent's bracket is as fine as its look at the reports
 # A graph replay's region holds at most this many times the eager region's calls. More calls share
@@ -56,14 +57,14 @@ class Timing:
     """What the timing step left: regions (timed ones only), the picked calls, or the step that failed."""
 
     regions: list[Region] = field(default_factory=list)
-    picks: dict[int, dict[str, Any]] = field(default_factory=dict)  # id -> side, region, index, nonce, commits
+    picks: dict[int, Pick] = field(default_factory=dict)
     k: int = 1
     failed: StepOutcome | None = None
     what: str = ""  # which region failed
     seconds: float = 0.0
     graph_error: str = ""  # why graph mode was asked for and not used
     k_graph: int = 0  # calls per graph replay (calibrated on replays)
-    watched: dict[int, dict[str, Any]] = field(default_factory=dict)  # the candidate's reports after the rounds
+    watched: dict[int, Answer] = field(default_factory=dict)  # the candidate's reports after the rounds
 
     def of(self, mode: str) -> list[Region]:
         return [r for r in self.regions if r.mode == mode]
@@ -79,9 +80,9 @@ class RoundDriver:
     """Runs warmup, calibration and the timed regions of one sample: the candidate's on its rank
     set ``ranks``, the reference's on the ``clean`` set with the candidate's processes stopped."""
 
-    def __init__(self, ranks: Ranks | None, clean: Ranks, base: dict[str, Any], cfg: EvalConfig, kept_dir: Path,
+    def __init__(self, ranks: Ranks | None, clean: Ranks, case: Case, cfg: EvalConfig, kept_dir: Path,
                  base_seeds: list[int], deadline: Deadline):
-        self.ranks, self.clean, self.base, self.cfg, self.kept_dir = ranks, clean, base, cfg, kept_dir
+        self.ranks, self.clean, self.case, self.cfg, self.kept_dir = ranks, clean, case, cfg, kept_dir
         self.base_seeds = base_seeds  # make_inputs seeds of the base sets every timed call's inputs come from
         self.deadline = deadline
         self._bracket_us = 0.0  # of the last step
@@ -106,7 +107,7 @@ class RoundDriver:
             region = self._region(side, cfg.timing_sets, "calibration", timed=False)
             if region is None:
                 return
-            per_call.append(max(reported_us(r) or 0.0 for r in region.reports.values()))
+            per_call.append(max(r.us for r in region.reports.values()))
         k = self.timing.k = calls_per_round(max(per_call), cfg.round_us, cfg.max_round_calls)
         modes = {TimingMode.EAGER: [TimingMode.EAGER], TimingMode.GRAPH: [TimingMode.GRAPH],
                  TimingMode.BOTH: [TimingMode.EAGER, TimingMode.GRAPH]}[cfg.timing_mode]
@@ -120,7 +121,7 @@ class RoundDriver:
             if not self._rounds(mode, self.timing.k_graph if mode == TimingMode.GRAPH else k):
                 return
         # the watches of the candidate's process run after this step, not in regions (runner.candidate)
-        last = self._step(Side.CAND, {**self.base, "step": Step.KEEP}, "after the rounds")
+        last = self._step(Side.CAND, Keep(case=self.case), "after the rounds")
         if last is not None:
             self.timing.watched = last.reports
 
@@ -129,8 +130,7 @@ class RoundDriver:
         timed regions of ``k`` calls in ``mode``, as the sample's rounds time it."""
         self._region(Side.REF, self.cfg.warmup or 1, "quiet warmup", timed=False)
         if mode == TimingMode.GRAPH:
-            cmd = {**self.base, "step": Step.CAPTURE, "side": Side.REF.value, "k": k,
-                   "nonce": self.rng.getrandbits(55), "base_seeds": self.base_seeds}
+            cmd = Capture(case=self.case, side=Side.REF, k=k, nonce=self.rng.getrandbits(55), base_seeds=self.base_seeds)
             self._step(Side.REF, cmd, "capturing the reference alone")
         return [self._region(Side.REF, k, f"quiet {mode} round {i}", timed=True, mode=mode)
                 for i in range(self.cfg.rounds)]
@@ -147,7 +147,7 @@ class RoundDriver:
             region = self._region(side, k, "graph calibration", timed=False, mode=TimingMode.GRAPH)
             if region is None:
                 return None
-            per_call.append(max(reported_us(r) or 0.0 for r in region.reports.values()))
+            per_call.append(max(r.us for r in region.reports.values()))
         more = min(calls_per_round(max(per_call), self.cfg.round_us, self.cfg.max_round_calls),
                    GRAPH_CALLS_FACTOR * k)
         self.timing.k_graph = k
@@ -160,16 +160,15 @@ class RoundDriver:
         """Each side's k calls captured into a CUDA graph on every rank: True, False (the reason in
         graph_error) or None (the step failed)."""
         for side in Side:
-            cmd = {**self.base, "step": Step.CAPTURE, "side": side.value, "k": k, "nonce": self.rng.getrandbits(55),
-                   "base_seeds": self.base_seeds}
+            cmd = Capture(case=self.case, side=side, k=k, nonce=self.rng.getrandbits(55), base_seeds=self.base_seeds)
             outcome = self._step(side, cmd, f"capturing the {side.value} side")
             if outcome is None:
                 return None
-            refused = [(r, rep) for r, rep in sorted(outcome.reports.items()) if rep.get("captured") is not True]
+            refused = [(r, rep) for r, rep in sorted(outcome.reports.items()) if not rep.captured]
             if refused:
                 rank, rep = refused[0]
                 self.timing.graph_error = (f"{'reference' if side is Side.REF else 'candidate'} not captured (rank "
-                                           f"{rank}): {str(rep.get('error', ''))[-1500:]}")
+                                           f"{rank}): {rep.error[-1500:]}")
                 return False
         return True
 
@@ -188,12 +187,12 @@ class RoundDriver:
                     continue  # the next region drops this one's outputs
                 # the hand-over is a step of its own, outside every bracket; the rank learns that
                 # this region was picked only after it committed to the region's outputs
-                cmd = {**self.base, "step": Step.KEEP, **self._pick(side, i, region)}
+                cmd = self._pick(side, i, region)
                 if self._step(side, cmd, f"handing over {mode} round {i} ({side.value})") is None:
                     return False
         return True
 
-    def _step(self, side: Side, cmd: dict[str, Any], what: str) -> StepOutcome | None:
+    def _step(self, side: Side, cmd: Command, what: str) -> StepOutcome | None:
         """One step on the set that runs ``side``, the other set stopped meanwhile: a candidate's
         by the sample's deadline, the clean set's by the deadline plus the margin. None
         (``timing.failed`` set) when the candidate's step failed; the clean set's raises."""
@@ -205,7 +204,7 @@ class RoundDriver:
             # both brackets hold the same wake-up (the hidden-time check compares them)
             with _stopped(self.clean, FREEZE_TIMEOUT_S) as stopped:
                 if not stopped:
-                    raise CleanSetFailed(f"{what}: the clean set did not stop", StepOutcome(cmd["step"]))
+                    raise CleanSetFailed(f"{what}: the clean set did not stop", StepOutcome(cmd.step))
                 outcome = self._timed_run(self.ranks, cmd, left)
             if not outcome.ok:
                 late = outcome.missing and self.deadline.passed
@@ -221,39 +220,39 @@ class RoundDriver:
             raise CleanSetFailed(what, outcome)
         return outcome
 
-    def _failed(self, cmd: dict[str, Any], what: str) -> None:
+    def _failed(self, cmd: Command, what: str) -> None:
         """The candidate's step as failed without an answer from its ranks (``what`` says why)."""
-        self.timing.failed = StepOutcome(cmd["step"], missing=list(self.ranks.ranks), phases=self.ranks.phases(),
+        self.timing.failed = StepOutcome(cmd.step, missing=list(self.ranks.ranks), phases=self.ranks.phases(),
                                          elapsed_s=time.monotonic() - self.deadline.started)
         self.timing.what = what
         return None
 
-    def _timed_run(self, ranks: Ranks, cmd: dict[str, Any], timeout_s: float) -> StepOutcome:
+    def _timed_run(self, ranks: Ranks, cmd: Command, timeout_s: float) -> StepOutcome:
         """``ranks.run``, its bracket (microseconds from sending to the last report) kept: freezing
-        and resuming the candidate stay outside it."""
+        and resuming the candidate, and reading the reports, stay outside it."""
         t0 = time.perf_counter()
         outcome = ranks.run(cmd, timeout_s, poll_s=REGION_POLL_S)
-        self._bracket_us = (time.perf_counter() - t0) * 1e6
+        self._bracket_us = ((outcome.answered_at or time.perf_counter()) - t0) * 1e6
         return outcome
 
     def _region(self, side: Side, k: int, what: str, timed: bool, mode: str = TimingMode.EAGER) -> Region | None:
         nonce = self.rng.getrandbits(56)
-        cmd = {**self.base, "step": Step.REGION, "side": side.value, "k": k, "nonce": nonce, "what": what,
-               "base_seeds": self.base_seeds, "hold": timed, "graph": mode == TimingMode.GRAPH}
+        cmd = TimeRegion(case=self.case, side=side, k=k, nonce=nonce, what=what, base_seeds=self.base_seeds,
+                         hold=timed, graph=mode == TimingMode.GRAPH)
         outcome = self._step(side, cmd, f"{what} ({side.value})")
         if outcome is None:
             return None
-        return Region(side=side.value, k=k, bracket_us=self._bracket_us, reports=outcome.reports, nonce=nonce,
+        return Region(side=side, k=k, bracket_us=self._bracket_us, reports=outcome.reports, nonce=nonce,
                       mode=mode)
 
-    def _pick(self, side: Side, i: int, region: Region) -> dict[str, Any]:
-        """Pick one call of this (timed, committed) region: the keep command's fields."""
+    def _pick(self, side: Side, i: int, region: Region) -> Keep:
+        """Pick one call of this (timed, committed) region: the command that keeps it."""
         pick_id = len(self.timing.picks)
         index = self.rng.randrange(region.k)
-        commits = {str(rank): _at(rep.get("commits"), index) for rank, rep in region.reports.items()}
-        self.timing.picks[pick_id] = {"id": pick_id, "side": side.value, "region": i, "index": index, "mode": region.mode,
-                                      "nonce": region.nonce, "commits": commits}
-        return {"keep_index": index, "keep_id": pick_id, "out_dir": str(self.kept_dir), "seeds": [pick_id]}
+        commits = {str(rank): _at(rep.commits, index) for rank, rep in region.reports.items()}
+        self.timing.picks[pick_id] = Pick(id=pick_id, side=side, region=i, index=index, mode=region.mode,
+                                          nonce=region.nonce, commits=commits)
+        return Keep(case=self.case, index=index, id=pick_id, out_dir=str(self.kept_dir))
 
 
 @contextlib.contextmanager
@@ -268,6 +267,6 @@ def _stopped(ranks: Ranks | None, timeout_s: float) -> Iterator[bool]:
         ranks.thaw()
 
 
-def _at(values: Any, index: int) -> Any:
+def _at(values: list[list[str]], index: int) -> list[str] | None:
     """``values[index]``, or None where a (forgeable) report has no such entry."""
-    return values[index] if isinstance(values, list) and index < len(values) else None
+    return values[index] if index < len(values) else None

@@ -29,7 +29,8 @@ import ray
 import torch.distributed as dist
 
 from pkb_ray.ranks import POLL_S, Isolation, RankSet, StepOutcome, wait_for
-from pkb_ray.runner.protocol import Step, tensor_file
+from pkb_ray.runner.protocol import tensor_file
+from pkb_ray.wire import Command, Exit, Ready, Report, RunTrials, Step
 
 REMOTE_POLL_S = 0.05  # a remote look costs a Ray call: look a little less often than locally
 
@@ -68,7 +69,7 @@ class RankHost:
             tmp.write_bytes(data)
             os.replace(tmp, path)
 
-    def send(self, set_id: str, cmd: dict[str, Any]) -> None:
+    def send(self, set_id: str, cmd: Command) -> None:
         self.sets[set_id].send(cmd)
 
     def poll(self, set_id: str, tag: str) -> dict[str, Any]:
@@ -179,52 +180,53 @@ class SpreadRankSet:
         return self.local.pids  # this node's; the hosts kill theirs
 
     def wait_ready(self, timeout_s: float) -> StepOutcome:
-        return self.wait(Step.READY, time.monotonic() + timeout_s, since=self.started_at)
+        return self.wait(Step.READY, time.monotonic() + timeout_s, since=self.started_at, kind=Ready)
 
-    def run(self, cmd: dict[str, Any], timeout_s: float, poll_s: float = POLL_S) -> StepOutcome:
+    def run(self, cmd: Command, timeout_s: float, poll_s: float = POLL_S) -> StepOutcome:
         started = time.monotonic()
         cmd = self.local.tag(cmd)
         sends = [r.host.send.remote(r.set_id, self._prepare(r, cmd)) for r in self.remotes]
         self.local.send(cmd)
         ray.get(sends)
-        out = self.wait(cmd["tag"], started + timeout_s, since=started)
-        if out.ok and "out_dir" in cmd:
+        out = self.wait(cmd.tag, started + timeout_s, since=started, kind=cmd.answer)
+        if out.ok and getattr(cmd, "out_dir", ""):
             self._bring_back(cmd)
         return out
 
-    def _prepare(self, remote: _Remote, cmd: dict[str, Any]) -> dict[str, Any]:
+    def _prepare(self, remote: _Remote, cmd: Command) -> Command:
         """``cmd`` with its paths moved to the host's folder, after copying there what they name."""
         files: dict[str, bytes] = {}
         dirs: list[str] = []
-        mine = dict(cmd)
-        if "problem_path" in cmd:
-            mine["problem_path"] = _push(remote, files, Path(cmd["problem_path"]),
-                                         "problem/" + Path(cmd["problem_path"]).name)
-        if "candidate_path" in cmd:
-            mine["candidate_path"] = _push(remote, files, Path(cmd["candidate_path"]), "candidate.py")
+        moved: dict[str, Any] = {}
+        case = getattr(cmd, "case", None)
+        if case is not None:
+            path = Path(case.problem_path)
+            moved["case"] = case.model_copy(update={"problem_path": _push(remote, files, path, "problem/" + path.name)})
+        if isinstance(cmd, RunTrials):
+            moved["candidate_path"] = _push(remote, files, Path(cmd.candidate_path), "candidate.py")
         for key in ("expected_dir", "actual_dir"):  # tensor files of its ranks, for the seeds (or picks) named
-            if key not in cmd:
+            if not hasattr(cmd, key):
                 continue
-            sub = f"{key.removesuffix('_dir')}-{cmd['tag']}"
-            for seed in cmd.get("seeds", []):
+            sub = f"{key.removesuffix('_dir')}-{cmd.tag}"
+            for seed in cmd.files:
                 for rank in remote.ranks:
                     name = tensor_file(Path(""), seed, rank).name
-                    _push(remote, files, tensor_file(Path(cmd[key]), seed, rank), f"{sub}/{name}")
-            mine[key] = f"{remote.job}/{sub}"
+                    _push(remote, files, tensor_file(Path(getattr(cmd, key)), seed, rank), f"{sub}/{name}")
+            moved[key] = f"{remote.job}/{sub}"
             dirs.append(sub)
-        if "out_dir" in cmd:
-            dirs.append(f"out-{cmd['step']}")
-            mine["out_dir"] = f"{remote.job}/out-{cmd['step']}"
+        if getattr(cmd, "out_dir", ""):
+            dirs.append(f"out-{cmd.step}")
+            moved["out_dir"] = f"{remote.job}/out-{cmd.step}"
         if files or dirs:
             ray.get(remote.host.put.remote(remote.set_id, files, dirs))
-        return mine
+        return cmd.model_copy(update=moved)
 
-    def _bring_back(self, cmd: dict[str, Any]) -> None:
+    def _bring_back(self, cmd: Command) -> None:
         """The remote ranks' output files, into the local out_dir under the same names."""
-        out_dir = Path(cmd["out_dir"])
+        out_dir = Path(cmd.out_dir)
         for remote in self.remotes:
-            names = [tensor_file(Path(""), seed, rank).name for seed in cmd.get("seeds", []) for rank in remote.ranks]
-            got = ray.get(remote.host.fetch.remote(remote.set_id, [f"out-{cmd['step']}/{n}" for n in names]))
+            names = [tensor_file(Path(""), seed, rank).name for seed in cmd.files for rank in remote.ranks]
+            got = ray.get(remote.host.fetch.remote(remote.set_id, [f"out-{cmd.step}/{n}" for n in names]))
             for rel, data in got.items():
                 path = out_dir / Path(rel).name
                 tmp = path.with_name(path.name + ".part")
@@ -242,11 +244,11 @@ class SpreadRankSet:
                     out.dead.setdefault(int(rank), code)
             remote_phases.update({int(r): p for r, p in polled["phases"].items()})
 
-    def wait(self, tag: str, deadline: float, since: float) -> StepOutcome:
+    def wait(self, tag: str, deadline: float, since: float, kind: type[Report] = Report) -> StepOutcome:
         remote_phases: dict[int, str] = {}
         return wait_for(tag, self.ranks, lambda out: self._collect(tag, out, remote_phases),
                         lambda: {**self.local.phases(), **remote_phases}, deadline, since,
-                        poll_s=REMOTE_POLL_S if self.remotes else POLL_S)
+                        poll_s=REMOTE_POLL_S if self.remotes else POLL_S, kind=kind)
 
     def log_tail(self, rank: int, chars: int = 1500) -> str:
         if rank in self.local.ranks:
@@ -293,9 +295,9 @@ class SpreadRankSet:
     def close(self, grace_s: float = 1.0) -> None:
         if self.closed:
             return
-        self.local.send({"step": Step.EXIT})
+        self.local.send(Exit())
         for r in self.remotes:
-            r.host.send.remote(r.set_id, {"step": Step.EXIT})
+            r.host.send.remote(r.set_id, Exit())
         time.sleep(min(grace_s, 0.2))
         self.kill()
 

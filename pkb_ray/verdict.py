@@ -5,19 +5,26 @@ output devices, the names of functions it found replaced) is forgeable: the cand
 process. What a *clean* rank set reports (the comparisons) and what the parent observed itself
 (deaths, deadlines, its clock around each region) is not. A forged report can only make a
 candidate look worse, or be caught here: never pass a check that the clean side or the parent's
-clock decides.
+clock decides. Every report arrives as its step's :mod:`pkb_ray.wire` record, or as a
+:class:`~pkb_ray.wire.Failure` when it did not parse (``unreadable_report``: tampering, rule 1).
 
-Rules, first match wins:
-1. A rank set step failed: a silent death is a crash, a reported error its status, a missing
-   report a timeout (:func:`step_failure`).
-2. The candidate's process says the evaluator's functions were replaced: tampering.
+The harness gathers :class:`Evidence` stage by stage and asks :func:`judge` after each; the rules
+apply in the order of :data:`RULES`, first match wins, each to the evidence it needs (one whose
+stage has not run yet does not apply):
+1. The trials' step failed: a silent death is a crash, a reported error its status, a missing
+   report a timeout, a report that is not the step's record tampering (:func:`step_failure`).
+2. The candidate's process says, after the trials, the evaluator's functions were replaced: tampering.
 3. Trials: outputs on another device than the inputs, sharing memory with an input where the
    reference's do not, or a clean comparison that failed: wrong output.
-4. Timing: a time that cannot be true (more than the parent's bracket), or time hidden outside the
-   reported figure (see :func:`forged_time`), or an output the rank would not hand over: tampering.
-   A picked timed output that differs from the clean reference: wrong output.
-5. (In the harness, after the sample's set is gone: :mod:`pkb_ray.interference`.) A correct
-   sample beside which the reference ran slower than alone, in two evaluations: tampering.
+4. A timing step failed (as in 1), or the candidate's process reported replacements then or after
+   the rounds: its status, or tampering.
+5. Timing: an output on another device, or one buffer returned by every call: wrong output. A time
+   that cannot be true (more than the parent's bracket), or time hidden outside the reported
+   figure (see :func:`forged_time`): tampering. A picked timed output not handed over: tampering;
+   one that differs from the clean reference: wrong output.
+6. (In the harness, after the sample's set is gone: :mod:`pkb_ray.interference`.) A correct
+   sample beside which the reference ran slower than alone, in two evaluations: tampering
+   (:func:`interfered`).
 """
 
 from __future__ import annotations
@@ -25,10 +32,11 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Callable
 
-from pkb_ray.names import TimingMode
+from pkb_ray.names import Side, TimingMode
 from pkb_ray.schema import Status
+from pkb_ray.wire import Answer, ChecksReport, Failure, Pick, RegionReport, TrialsReport
 
 REPORTED_STATUSES = {Status.IMPORT_ERROR.value, Status.RUNTIME_ERROR.value}
 BRACKET_SLACK_US = 50.0  # clock reads on either side of a message: a report may exceed the bracket by this
@@ -51,11 +59,95 @@ class Verdict:
 
 @dataclass
 class StepView:
-    """A step as the verdict sees it: reports by rank, silent deaths (exit codes), ranks with no answer."""
+    """A step as the verdict sees it: reports by rank, silent deaths (exit codes), ranks with no
+    answer, and the parent's account of what went wrong (log tails, phases) for the message."""
 
-    reports: dict[int, dict[str, Any]]
+    reports: dict[int, Answer]
     dead: dict[int, int] = field(default_factory=dict)
     missing: list[int] = field(default_factory=list)
+    account: str = ""
+
+
+@dataclass
+class Region:
+    """One timed region as the parent saw it: the side, k calls, the parent's bracket (microseconds,
+    from sending the command to the last rank's report) and each rank's report."""
+
+    side: Side
+    k: int
+    bracket_us: float
+    reports: dict[int, RegionReport]
+    nonce: int = 0
+    mode: str = TimingMode.EAGER  # eager calls, or a graph replay
+
+
+@dataclass
+class Evidence:
+    """What one sample's evaluation has shown so far; None where its stage has not run."""
+
+    device: dict[int, str]  # each rank's device, from its ready report
+    trials: StepView | None = None  # the candidate's trials step
+    checks: dict[int, ChecksReport] | None = None  # the clean set's comparisons of the trials
+    reference: dict | None = None  # the reference's aliases per seed (from the store)
+    timing_failed: StepView | None = None  # the timing step that failed, if one did
+    timing_what: str = ""  # which
+    regions: list[Region] | None = None  # the timed regions
+    watched: dict[int, Answer] = field(default_factory=dict)  # the candidate's reports after the rounds
+    picks: dict[int, Pick] = field(default_factory=dict)
+    timed_checks: dict[int, ChecksReport] | None = None  # the clean set's comparisons of the picked calls
+
+
+def _trials_failed(e: Evidence) -> Verdict | None:
+    return _step(e.trials) if e.trials is not None else None
+
+
+def _trials_tampered(e: Evidence) -> Verdict | None:
+    return tampering(e.trials.reports) if e.trials is not None else None
+
+
+def _trials_wrong(e: Evidence) -> Verdict | None:
+    if e.checks is None:
+        return None
+    return trial_verdict(e.trials.reports, e.checks, e.reference or {}, e.device)
+
+
+def _timing_failed(e: Evidence) -> Verdict | None:
+    if e.timing_failed is not None:
+        return _step(e.timing_failed, f"during timing ({e.timing_what}): ") or tampering(e.timing_failed.reports)
+    return tampering(e.watched)
+
+
+def _timing_wrong(e: Evidence) -> Verdict | None:
+    if e.regions is None or e.timed_checks is None:
+        return None
+    return timed_verdict(e.regions, e.timed_checks, e.picks, e.device)
+
+
+RULES: tuple[Callable[[Evidence], Verdict | None], ...] = (
+    _trials_failed, _trials_tampered, _trials_wrong, _timing_failed, _timing_wrong)
+
+
+def judge(evidence: Evidence) -> Verdict | None:
+    """The first rule (in the order of :data:`RULES`) that the evidence so far breaks, or None."""
+    for rule in RULES:
+        found = rule(evidence)
+        if found is not None:
+            return found
+    return None
+
+
+def interfered(first: str, again: str) -> Verdict:
+    """Rule 6: the reference slowed beside the sample in two evaluations (each finding's words)."""
+    return Verdict(Status.TAMPERING, "the reference ran slower beside this sample than alone, in two evaluations "
+                                     f"(interference): {first}; again: {again}")
+
+
+def _step(step: StepView, prefix: str = "") -> Verdict | None:
+    found = step_failure(step)
+    if found is None:
+        return None
+    message = found.message if found.status is Status.TAMPERING else step.account
+    return Verdict(found.status, prefix + message, found.rank)
 
 
 def step_failure(step: StepView) -> Verdict | None:
@@ -63,22 +155,21 @@ def step_failure(step: StepView) -> Verdict | None:
     if step.dead:
         return Verdict(Status.CRASH, "", min(step.dead))
     for rank, report in sorted(step.reports.items()):
-        status = report.get("status")
-        if status == "ok":
+        if not isinstance(report, Failure):
             continue
-        if status in REPORTED_STATUSES:
-            return Verdict(Status(status), str(report.get("message", "")), rank)
+        if report.status in REPORTED_STATUSES:
+            return Verdict(Status(report.status), report.message, rank)
         return Verdict(Status.TAMPERING, f"rank {rank} wrote a report the runner never writes "
-                                         f"(status {status!r}): {str(report.get('message', ''))[:300]}", rank)
+                                         f"({report.status}): {report.message[:300]}", rank)
     if step.missing:
         return Verdict(Status.TIMEOUT, "", step.missing[0])
     return None
 
 
-def tampering(reports: dict[int, dict[str, Any]]) -> Verdict | None:
+def tampering(reports: dict[int, Answer]) -> Verdict | None:
     """The candidate's process found the evaluator's own functions, or torch's, replaced."""
     for rank, report in sorted(reports.items()):
-        replaced = report.get("tampered") or []
+        replaced = getattr(report, "tampered", None) or []
         if replaced:
             more = f" (and {len(replaced) - 10} more)" if len(replaced) > 10 else ""
             names = ", ".join(map(str, replaced[:10])) + more
@@ -87,41 +178,27 @@ def tampering(reports: dict[int, dict[str, Any]]) -> Verdict | None:
     return None
 
 
-def trial_verdict(candidate: dict[int, dict[str, Any]], checks: dict[int, dict[str, Any]],
-                  reference: dict[str, Any], device: dict[int, str]) -> Verdict | None:
+def trial_verdict(candidate: dict[int, TrialsReport], checks: dict[int, ChecksReport],
+                  reference: dict, device: dict[int, str]) -> Verdict | None:
     """Trials of every rank: ``candidate`` its reports (devices, aliases per seed), ``checks`` the
     clean set's comparisons, ``reference`` the reference's aliases per seed, ``device`` each rank's."""
     for rank, report in sorted(candidate.items()):
-        for seed, devices in sorted(report.get("devices", {}).items()):
+        for seed, devices in sorted(report.devices.items()):
             wrong = [d for d in devices if not _same_device(d, device[rank])]
             if wrong:
                 return Verdict(Status.WRONG_OUTPUT, f"trial seed={seed} rank {rank}: an output is on {wrong[0]}, "
                                                     f"the inputs on {device[rank]}", rank)
-        for seed, found in sorted(report.get("aliases", {}).items()):
+        for seed, found in sorted(report.aliases.items()):
             allowed = set(reference.get("aliases", {}).get(seed, []))
             extra = [a for a in found if a not in allowed]
             if extra:
                 return Verdict(Status.WRONG_OUTPUT, f"trial seed={seed} rank {rank}: {extra[0]} (the reference's "
                                                     "does not)", rank)
     for rank, report in sorted(checks.items()):
-        bad = next((c for c in report.get("checks", []) if not c["ok"]), None)
+        bad = next((c for c in report.checks if not c.ok), None)
         if bad:
-            return Verdict(Status.WRONG_OUTPUT, f"trial seed={bad['id']} rank {rank}: {bad['where']}: {bad['message']}",
-                           rank)
+            return Verdict(Status.WRONG_OUTPUT, f"trial seed={bad.id} rank {rank}: {bad.where}: {bad.message}", rank)
     return None
-
-
-@dataclass
-class Region:
-    """One timed region as the parent saw it: the side, k calls, the parent's bracket (microseconds,
-    from sending the command to the last rank's report) and each rank's report."""
-
-    side: str
-    k: int
-    bracket_us: float
-    reports: dict[int, dict[str, Any]]
-    nonce: int = 0
-    mode: str = TimingMode.EAGER  # eager calls, or a graph replay
 
 
 def forged_time(regions: list[Region]) -> Verdict | None:
@@ -139,10 +216,7 @@ def forged_time(regions: list[Region]) -> Verdict | None:
     """
     for region in regions:
         for rank, rep in sorted(region.reports.items()):
-            if reported_us(rep) is None:
-                return Verdict(Status.TAMPERING, f"rank {rank} reported no usable time for a {region.side} region: "
-                                                 f"{str(rep.get('us'))[:100]!r}", rank)
-            total = reported_us(rep) * region.k
+            total = rep.us * region.k
             if total > region.bracket_us + BRACKET_SLACK_US:
                 return Verdict(Status.TAMPERING, f"rank {rank} reported {total:.0f} us for a {region.side} region "
                                                  f"that the parent saw take {region.bracket_us:.0f} us", rank)
@@ -155,15 +229,15 @@ def forged_time(regions: list[Region]) -> Verdict | None:
 
 def _hidden_time(regions: list[Region]) -> Verdict | None:
     ranks = sorted({r for region in regions for r in region.reports})
-    pairs = [(a, b) if a.side == "ref" else (b, a) for a, b in zip(regions[::2], regions[1::2]) if a.side != b.side]
+    pairs = [(a, b) if a.side is Side.REF else (b, a) for a, b in zip(regions[::2], regions[1::2]) if a.side != b.side]
     for rank in ranks:
         # a round's two regions run back to back: their difference cancels the load of the moment
-        diffs = [(c.bracket_us - reported_us(c.reports[rank]) * c.k) - (r.bracket_us - reported_us(r.reports[rank]) * r.k)
+        diffs = [(c.bracket_us - c.reports[rank].us * c.k) - (r.bracket_us - r.reports[rank].us * r.k)
                  for r, c in pairs if rank in r.reports and rank in c.reports]
         if not diffs:
             continue
-        ref_region = statistics.median(reported_us(r.reports[rank]) * r.k for r, _ in pairs if rank in r.reports)
-        cand_region = statistics.median(reported_us(c.reports[rank]) * c.k for _, c in pairs if rank in c.reports)
+        ref_region = statistics.median(r.reports[rank].us * r.k for r, _ in pairs if rank in r.reports)
+        cand_region = statistics.median(c.reports[rank].us * c.k for _, c in pairs if rank in c.reports)
         extra = statistics.median(diffs)
         allowed = max(HIDDEN_FLOOR_US, HIDDEN_FRACTION * ref_region, HIDDEN_FRACTION_OF_CAND * cand_region,
                       _noise_quantile(NOISE_SIGMAS, len(diffs) - 1) * _median_error(diffs))
@@ -174,18 +248,18 @@ def _hidden_time(regions: list[Region]) -> Verdict | None:
     return None
 
 
-def timed_verdict(regions: list[Region], checks: dict[int, dict[str, Any]], picks: dict[int, dict[str, Any]],
+def timed_verdict(regions: list[Region], checks: dict[int, ChecksReport], picks: dict[int, Pick],
                   device: dict[int, str]) -> Verdict | None:
     """Timing: region reports (devices, aliases), the parent's brackets, and the clean checks of the
-    picked calls (``picks``: id -> {side, region, index})."""
+    picked calls."""
     for region in regions:
         for rank, rep in sorted(region.reports.items()):
-            if region.side == "cand":
-                wrong = [d for d in rep.get("devices", []) if not _same_device(d, device[rank])]
+            if region.side is Side.CAND:
+                wrong = [d for d in rep.devices if not _same_device(d, device[rank])]
                 if wrong:
                     return Verdict(Status.WRONG_OUTPUT, f"timed call rank {rank}: an output is on {wrong[0]}, "
                                                         f"the inputs on {device[rank]}", rank)
-                earlier = [a for a in rep.get("aliases", []) if "earlier" in a]
+                earlier = [a for a in rep.aliases if "earlier" in a]
                 if earlier:
                     return Verdict(Status.WRONG_OUTPUT, f"timed calls rank {rank}: {earlier[0]} (it returns the "
                                                         "same buffer every call)", rank)
@@ -193,16 +267,16 @@ def timed_verdict(regions: list[Region], checks: dict[int, dict[str, Any]], pick
     if forged:
         return forged
     for rank, report in sorted(checks.items()):
-        for check in report.get("checks", []):
-            if check["ok"]:
+        for check in report.checks:
+            if check.ok:
                 continue
-            pick = picks[check["id"]]
-            where = f"{pick['side']} {pick.get('mode', TimingMode.EAGER)} region {pick['region']} call {pick['index']}"
-            if check["kind"] == "missing":
+            pick = picks[check.id]
+            where = f"{pick.side} {pick.mode} region {pick.region} call {pick.index}"
+            if check.kind == "missing":
                 return Verdict(Status.TAMPERING, f"rank {rank} did not hand over the output of the {where} it was "
-                                                 f"asked for: {check['message']}", rank)
+                                                 f"asked for: {check.message}", rank)
             return Verdict(Status.WRONG_OUTPUT, f"a timed call gave a wrong answer (e.g. a cached result): rank {rank} "
-                                                f"{where}: {check['where']}: {check['message']}", rank)
+                                                f"{where}: {check.where}: {check.message}", rank)
     return None
 
 
@@ -222,15 +296,6 @@ def _median_error(values: list[float]) -> float:
         return float("inf") if len(values) < 2 else abs(max(values) - min(values))
     q1, _, q3 = statistics.quantiles(values, n=4)
     return 1.2533 * (q3 - q1) / 1.349 / math.sqrt(len(values))
-
-
-def reported_us(report: dict[str, Any]) -> float | None:
-    """A region report's microseconds per call, or None when a (forged) report has none that is usable."""
-    try:
-        us = float(report["us"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    return us if us >= 0 and us == us and us != float("inf") else None
 
 
 def _same_device(found: str, expected: str) -> bool:

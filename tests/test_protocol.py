@@ -6,6 +6,7 @@ import os
 
 from pkb_ray.runner.protocol import ReportReader, Step
 from pkb_ray.verdict import StepView, step_failure
+from pkb_ray.wire import parse_report, Report
 from pkb_ray.schema import Status
 
 
@@ -42,7 +43,7 @@ def test_a_line_that_is_not_a_report_is_tampering():
     os.write(w, b'{"tag": "keep.1.x", "report": [1]}\n')
     found = reader.take("region.9.cd")
     assert found["status"] == "unreadable_report"
-    verdict = step_failure(StepView({0: found}))
+    verdict = step_failure(StepView({0: parse_report(Report, found)}))
     assert verdict.status is Status.TAMPERING and "not a report" in verdict.message
     os.close(w)
     reader.close()

@@ -1,54 +1,70 @@
-"""The verdict rules on hand-made step reports: no processes, no Ray."""
+"""The verdict rules on hand-made step reports (the wire's records): no processes, no Ray."""
 
+from pkb_ray.names import Side
 from pkb_ray.schema import Status
-from pkb_ray.verdict import (HIDDEN_FLOOR_US, Region, StepView, forged_time, step_failure, tampering, timed_verdict,
-                             trial_verdict)
+from pkb_ray.verdict import (HIDDEN_FLOOR_US, RULES, Evidence, Region, StepView, forged_time, judge, step_failure,
+                             tampering, timed_verdict, trial_verdict)
+from pkb_ray.wire import (ChecksReport, Failure, Finding, KeepReport, Pick, RegionReport, Report, TrialsReport,
+                          parse_report)
 
 DEV = {0: "cuda:0", 1: "cuda:1"}
-OK = {"status": "ok"}
+OK = Report()
+
+
+def _trials(devices=None, aliases=None, tampered=()):
+    return TrialsReport(devices=devices or {}, aliases=aliases or {}, rank_builds=0, tampered=list(tampered))
+
+
+def _checks(*findings):
+    return ChecksReport(checks=[Finding(**f) for f in findings])
+
+
+def _region(us, aliases=()):
+    return RegionReport(us=us, commits=[], aliases=list(aliases), devices=[])
 
 
 def test_a_silent_death_outranks_a_reported_error_and_a_hang():
-    assert step_failure(StepView({0: {"status": "runtime_error", "message": "x"}}, dead={1: -11}, missing=[])) \
+    assert step_failure(StepView({0: Failure(status="runtime_error", message="x")}, dead={1: -11}, missing=[])) \
         .status is Status.CRASH
-    found = step_failure(StepView({0: OK, 1: {"status": "runtime_error", "message": "boom"}}))
+    found = step_failure(StepView({0: OK, 1: Failure(status="runtime_error", message="boom")}))
     assert (found.status, found.rank, found.message) == (Status.RUNTIME_ERROR, 1, "boom")
     assert step_failure(StepView({0: OK}, missing=[1])).status is Status.TIMEOUT
     assert step_failure(StepView({0: OK, 1: OK})) is None
 
 
 def test_a_report_no_runner_writes_is_tampering():
-    found = step_failure(StepView({0: {"status": "correct", "message": "trust me"}}))
-    assert found.status is Status.TAMPERING and "correct" in found.message
+    for raw in ({"status": "correct", "message": "trust me"}, {"status": "ok", "us": "fast"}):
+        found = step_failure(StepView({0: parse_report(RegionReport, raw)}))
+        assert found.status is Status.TAMPERING and "never writes" in found.message
 
 
 def test_replaced_evaluator_functions_are_tampering():
-    assert tampering({0: {"tampered": []}, 1: {}}) is None
-    found = tampering({0: {}, 1: {"tampered": ["pkb_ray.timing.timed_region"]}})
+    assert tampering({0: KeepReport(), 1: OK}) is None
+    found = tampering({0: KeepReport(), 1: KeepReport(tampered=["pkb_ray.timing.timed_region"])})
     assert found.status is Status.TAMPERING and found.rank == 1 and "timed_region" in found.message
 
 
 def test_trials_wrong_device_and_aliasing_and_clean_mismatch():
-    clean = {0: {"checks": [{"id": 0, "ok": True}]}, 1: {"checks": [{"id": 0, "ok": True}]}}
+    clean = {0: _checks({"id": 0, "ok": True}), 1: _checks({"id": 0, "ok": True})}
     ref = {"aliases": {"0": []}}
-    good = {0: {"devices": {"0": ["cuda:0"]}}, 1: {"devices": {"0": ["cuda:1"]}}}
+    good = {0: _trials({"0": ["cuda:0"]}), 1: _trials({"0": ["cuda:1"]})}
     assert trial_verdict(good, clean, ref, DEV) is None
-    on_cpu = {0: {"devices": {"0": ["cuda:0"]}}, 1: {"devices": {"0": ["cpu"]}}}
+    on_cpu = {0: _trials({"0": ["cuda:0"]}), 1: _trials({"0": ["cpu"]})}
     found = trial_verdict(on_cpu, clean, ref, DEV)
     assert found.status is Status.WRONG_OUTPUT and "on cpu" in found.message and found.rank == 1
-    shared = {0: {"aliases": {"0": ["output 0 shares memory with an input"]}}}
+    shared = {0: _trials(aliases={"0": ["output 0 shares memory with an input"]})}
     assert trial_verdict(shared, clean, ref, DEV).status is Status.WRONG_OUTPUT
     in_place_ref = {"aliases": {"0": ["output 0 shares memory with an input"]}}
     assert trial_verdict(shared, clean, in_place_ref, DEV) is None  # the reference does the same
-    bad = {0: {"checks": [{"id": 0, "ok": False, "where": "output", "message": "3 of 8 elements differ"}]}}
+    bad = {0: _checks({"id": 0, "ok": False, "where": "output", "message": "3 of 8 elements differ", "kind": "value"})}
     assert "3 of 8" in trial_verdict(good, bad, ref, DEV).message
 
 
 def _regions(ref_us, cand_us, ref_bracket, cand_bracket, n=10, k=1):
     regions = []
     for _ in range(n):
-        regions.append(Region("ref", k, ref_bracket, {0: {"us": ref_us}, 1: {"us": ref_us}}))
-        regions.append(Region("cand", k, cand_bracket, {0: {"us": cand_us}, 1: {"us": cand_us}}))
+        regions.append(Region(Side.REF, k, ref_bracket, {0: _region(ref_us), 1: _region(ref_us)}))
+        regions.append(Region(Side.CAND, k, cand_bracket, {0: _region(cand_us), 1: _region(cand_us)}))
     return regions
 
 
@@ -86,37 +102,59 @@ def test_few_rounds_widen_the_noise_allowance_but_still_catch_a_forger():
     cand_extra = [2100.0, 300.0, 3900.0, -1200.0, 2600.0]
     regions = []
     for extra in cand_extra:
-        regions.append(Region("ref", 1, 3000.0 + 5000.0, {0: {"us": 3000.0}}))
-        regions.append(Region("cand", 1, 3000.0 + 5000.0 + extra, {0: {"us": 3000.0}}))
+        regions.append(Region(Side.REF, 1, 3000.0 + 5000.0, {0: _region(3000.0)}))
+        regions.append(Region(Side.CAND, 1, 3000.0 + 5000.0 + extra, {0: _region(3000.0)}))
     assert forged_time(regions) is None
     # 5 such rounds of 20 ms calls by a candidate reporting 1/50 of its time: caught. (Hiding less
     # than the noise of 5 rounds, e.g. 3 of 3 ms, is not: few rounds cannot tell it from jitter.)
     forged = []
     for extra in cand_extra:
-        forged.append(Region("ref", 1, 20000.0 + 5000.0, {0: {"us": 20000.0}}))
-        forged.append(Region("cand", 1, 20000.0 + 5000.0 + extra, {0: {"us": 400.0}}))
+        forged.append(Region(Side.REF, 1, 20000.0 + 5000.0, {0: _region(20000.0)}))
+        forged.append(Region(Side.CAND, 1, 20000.0 + 5000.0 + extra, {0: _region(400.0)}))
     assert "times forged" in forged_time(forged).message
 
 
-def test_a_report_without_a_usable_time_is_tampering():
-    regions = _regions(10.0, 10.0, 100.0, 100.0)
-    regions[1].reports[1] = {"us": "fast"}
-    assert forged_time(regions).status is Status.TAMPERING
+def _pick(id_=0, region=1):
+    return Pick(id=id_, side=Side.CAND, region=region, index=0, mode="eager", nonce=7, commits={"0": ["x"]})
 
 
 def test_timed_checks_of_the_candidates_picks():
     regions = _regions(10.0, 10.0, 100.0, 100.0, n=2)
-    picks = {0: {"side": "cand", "region": 1, "index": 0}}  # the clean set's reference is never picked
-    ok = {0: {"checks": [{"id": 0, "ok": True}]}}
+    picks = {0: _pick()}  # the clean set's reference is never picked
+    ok = {0: _checks({"id": 0, "ok": True})}
     assert timed_verdict(regions, ok, picks, DEV) is None
-    cand_bad = {0: {"checks": [{"id": 0, "ok": False, "kind": "value", "where": "output", "message": "differs"}]}}
+    cand_bad = {0: _checks({"id": 0, "ok": False, "kind": "value", "where": "output", "message": "differs"})}
     assert "timed call gave a wrong answer" in timed_verdict(regions, cand_bad, picks, DEV).message
-    missing = {0: {"checks": [{"id": 0, "ok": False, "kind": "missing", "where": "output", "message": "gone"}]}}
+    missing = {0: _checks({"id": 0, "ok": False, "kind": "missing", "where": "output", "message": "gone"})}
     assert timed_verdict(regions, missing, picks, DEV).status is Status.TAMPERING
 
 
 def test_an_output_returned_twice_in_a_region_is_wrong():
     regions = _regions(10.0, 10.0, 100.0, 100.0, n=1, k=2)
-    regions[1].reports[0]["aliases"] = ["output 0 shares memory with an earlier call's output"]
+    regions[1].reports[0] = _region(10.0, ["output 0 shares memory with an earlier call's output"])
     found = timed_verdict(regions, {}, {}, DEV)
     assert found.status is Status.WRONG_OUTPUT and "same buffer" in found.message
+
+
+def test_judge_applies_the_rules_in_order_to_the_evidence_so_far():
+    clean = {0: _checks({"id": 0, "ok": True})}
+    evidence = Evidence(device={0: "cuda:0"}, trials=StepView({0: _trials({"0": ["cuda:0"]})}))
+    assert judge(evidence) is None  # trials ran; nothing else yet
+    evidence.checks, evidence.reference = clean, {"aliases": {}}
+    assert judge(evidence) is None
+    evidence.watched = {0: KeepReport(tampered=["torch.distributed.all_reduce"])}
+    evidence.regions, evidence.picks = _regions(2000.0, 40.0, 2300.0, 2300.0, n=10), {}  # forged times too
+    evidence.timed_checks = {}
+    assert "replaced torch.distributed.all_reduce" in judge(evidence).message  # rule 4 before rule 5
+    evidence.watched = {}
+    assert "times forged" in judge(evidence).message
+    # a failed trials step outranks everything that came after it
+    evidence.trials = StepView({0: Failure(status="runtime_error", message="boom")}, account="rank 0: boom")
+    found = judge(evidence)
+    assert (found.status, found.message) == (Status.RUNTIME_ERROR, "rank 0: boom")
+    # a failed timing step carries its account and where it happened
+    evidence.trials = StepView({0: _trials({"0": ["cuda:0"]})})
+    evidence.timing_failed, evidence.timing_what = StepView({}, missing=[0], account="no answer"), "eager round 3"
+    found = judge(evidence)
+    assert found.status is Status.TIMEOUT and found.message == "during timing (eager round 3): no answer"
+    assert len(RULES) == 5

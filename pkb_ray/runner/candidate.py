@@ -18,9 +18,11 @@ from pkb_ray.correctness import aliases, output_devices, poison_like
 from pkb_ray.names import Status
 from pkb_ray.runner import extensions, tensor_io
 from pkb_ray.runner.loading import candidate_traceback, load_candidate
-from pkb_ray.runner.protocol import Side, Step, StepFailed, tensor_file
+from pkb_ray.runner.protocol import Side, StepFailed, tensor_file
 from pkb_ray.runner.session import RankSession
 from pkb_ray.runner.watch import TorchWatch, watched
+from pkb_ray.wire import (Capture, Command, Keep, KeepReport, Report, RunTrials, TimeRegion, TrialsReport,
+                          Watched)
 
 
 class CandidateSession(RankSession):
@@ -34,46 +36,46 @@ class CandidateSession(RankSession):
         self._originals: dict[str, Any] = {}  # the evaluator's functions as they were before the candidate came
         self._torch: TorchWatch | None = None  # torch's functions likewise
 
-    def steps(self) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
-        return {Step.TRIALS: self.trials, Step.REGION: self.region, Step.KEEP: self.keep, Step.CAPTURE: self.capture}
+    def steps(self) -> dict[type[Command], Callable[[Any], Report]]:
+        return {RunTrials: self.trials, TimeRegion: self.region, Keep: self.keep, Capture: self.capture}
 
     def timed_fn(self) -> Callable[..., Any]:
         if self.candidate is None:
             raise StepFailed(Status.RUNTIME_ERROR.value, "no candidate imported")
         return self.candidate
 
-    def run(self, cmd: dict[str, Any]) -> dict[str, Any]:
+    def run(self, cmd: Command) -> Report:
         report = super().run(cmd)
         # not inside a region's bracket: the clean set's regions have no watch to match its cost; a
         # replacement made during regions is still there at the next keep (one ends the rounds)
-        if self._torch is not None and cmd["step"] != Step.REGION:
+        if self._torch is not None and isinstance(report, Watched):
             now = watched()
-            report["tampered"] = [name for name, fn in self._originals.items() if now.get(name) is not fn]
-            report["tampered"] += self._torch.replaced()
+            replaced = [name for name, fn in self._originals.items() if now.get(name) is not fn]
+            report = report.model_copy(update={"tampered": replaced + self._torch.replaced()})
         return report
 
-    def trials(self, cmd: dict[str, Any]) -> dict[str, Any]:
+    def trials(self, cmd: RunTrials) -> TrialsReport:
         # torch extensions a candidate builds on the rank (load_inline) go to its own job folder;
         # those the compile stage built for this sample are imported from its cache folder
         os.environ["TORCH_EXTENSIONS_DIR"] = str(self.job_dir / "torch_extensions")
-        builds = extensions.install(Path(cmd["prebuilt"]) if cmd.get("prebuilt") else None,
-                                    self.job_dir / "torch_extensions", cmd.get("arch_list"))
+        builds = extensions.install(Path(cmd.prebuilt) if cmd.prebuilt else None,
+                                    self.job_dir / "torch_extensions", cmd.arch_list or None)
         self._phase("import")
         try:
             self._originals, self._torch = watched(), TorchWatch()
-            module = load_candidate(cmd["candidate_path"])
+            module = load_candidate(cmd.candidate_path)
         except BaseException:  # noqa: BLE001 - SystemExit too: whatever import does is its verdict
             raise StepFailed(Status.IMPORT_ERROR.value, candidate_traceback()) from None
         solution = getattr(module, "solution", None)
         if not callable(solution):
             raise StepFailed(Status.IMPORT_ERROR.value, "the module defines no callable solution(...)")
         self.candidate = solution
-        out_dir = Path(cmd["out_dir"])
+        out_dir = Path(cmd.out_dir)
         devices, shared, earlier = {}, {}, []  # earlier outputs stay alive: their memory cannot be reused
-        for seed in cmd["seeds"]:
+        for seed in cmd.seeds:
             self._phase(f"trial seed={seed}")
             inputs = self._inputs(seed)
-            poison = poison_like(cmd["structure"][str(self.rank)][str(seed)], self.device)
+            poison = poison_like(cmd.structure[str(self.rank)][str(seed)], self.device)
             del poison  # the blocks go back to the allocator, poisoned
             try:
                 out = solution(*inputs)
@@ -83,15 +85,14 @@ class CandidateSession(RankSession):
             devices[str(seed)], shared[str(seed)] = output_devices(out), aliases(out, inputs, earlier)
             earlier.append(out)
             tensor_io.write(tensor_file(out_dir, seed, self.rank), {"outputs": out, "inputs_after": inputs})
-        return {"status": "ok", "devices": devices, "aliases": shared, "rank_builds": builds["built"]}
+        return TrialsReport(devices=devices, aliases=shared, rank_builds=builds["built"])
 
-    def keep(self, cmd: dict[str, Any]) -> dict[str, Any]:
+    def keep(self, cmd: Keep) -> KeepReport:
         self._hand_over(cmd)
-        return {"status": "ok"}
+        return KeepReport()
 
-    def _hand_over(self, cmd: dict[str, Any]) -> None:
+    def _hand_over(self, cmd: Command) -> None:
         """Save the output of the last region that the parent picked (if it picked one)."""
         held, self._held = self._held, None
-        if cmd.get("keep_index") is not None and held is not None:
-            tensor_io.write(tensor_file(Path(cmd["out_dir"]), cmd["keep_id"], self.rank),
-                            {"outputs": held[cmd["keep_index"]]})
+        if isinstance(cmd, Keep) and cmd.index is not None and held is not None:
+            tensor_io.write(tensor_file(Path(cmd.out_dir), cmd.id, self.rank), {"outputs": held[cmd.index]})

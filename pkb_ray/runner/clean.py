@@ -14,13 +14,14 @@ from typing import Any, Callable
 import torch
 
 from pkb_ray.correctness import aliases, compare, copy_tree, fingerprint, output_devices, pkb_agrees, structure
-from pkb_ray.problem import Tolerance
 from pkb_ray.runner import tensor_io
-from pkb_ray.runner.protocol import Side, Step, StepFailed, tensor_file
+from pkb_ray.runner.protocol import Side, StepFailed, tensor_file
 from pkb_ray.runner.resident import BUDGET_BYTES, Resident, nbytes
 from pkb_ray.runner.session import RankSession
 from pkb_ray.runner.tensor_io import TensorFileError
 from pkb_ray.runner.trace import traced_call
+from pkb_ray.wire import (Capture, CheckTimed, CheckTrials, ChecksReport, Command, ComputeReference, Finding,
+                          ReferenceReport, Report, TimeRegion)
 
 
 class CleanSession(RankSession):
@@ -33,17 +34,17 @@ class CleanSession(RankSession):
         # verified reference outputs kept on the device between samples (by content hash)
         self.resident = Resident(BUDGET_BYTES.get(device.type, BUDGET_BYTES["cpu"]))
 
-    def steps(self) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
-        return {Step.REFERENCE: self.reference, Step.CHECK_TRIALS: self.check_trials,
-                Step.CHECK_TIMED: self.check_timed, Step.REGION: self.region, Step.CAPTURE: self.capture}
+    def steps(self) -> dict[type[Command], Callable[[Any], Report]]:
+        return {ComputeReference: self.reference, CheckTrials: self.check_trials, CheckTimed: self.check_timed,
+                TimeRegion: self.region, Capture: self.capture}
 
     def timed_fn(self) -> Callable[..., Any]:
         return self.problem.solution
 
-    def reference(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        out_dir = Path(cmd["out_dir"])
+    def reference(self, cmd: ComputeReference) -> ReferenceReport:
+        out_dir = Path(cmd.out_dir)
         shapes, shared, traffic, input_bytes = {}, {}, None, 0
-        for seed in cmd["seeds"]:
+        for seed in cmd.seeds:
             self._phase(f"reference seed={seed}")
             inputs = self._inputs(seed)
             input_bytes = max(input_bytes, nbytes(inputs))
@@ -57,61 +58,61 @@ class CleanSession(RankSession):
             digest = tensor_io.write(tensor_file(out_dir, seed, self.rank), value, digest=True)
             # the next check needs no read (the key is the content); kept as a reader of the file gets it
             self.resident.put(digest, copy_tree(tensor_io.canonical(value)))
-        return {"status": "ok", "structure": shapes, "aliases": shared, "devices": output_devices(out),
-                "traffic": traffic, "input_bytes": input_bytes}
+        return ReferenceReport(structure=shapes, aliases=shared, devices=output_devices(out), traffic=traffic,
+                               input_bytes=input_bytes)
 
-    def check_trials(self, cmd: dict[str, Any]) -> dict[str, Any]:
+    def check_trials(self, cmd: CheckTrials) -> ChecksReport:
         """Compare the candidate's trial outputs (and inputs after the call) with the reference's."""
-        tol = Tolerance(**cmd["tolerance"], reason="given by the harness")
+        tol = cmd.tolerance
         found = []
-        for seed in cmd["seeds"]:
+        for seed in cmd.seeds:
             self._phase(f"check seed={seed}")
-            expected = self._expected(Path(cmd["expected_dir"]), seed, cmd["expected_sha256"])
+            expected = self._expected(Path(cmd.expected_dir), seed, cmd.expected_sha256)
             try:
-                actual = tensor_io.read(tensor_file(Path(cmd["actual_dir"]), seed, self.rank), self.device)
+                actual = tensor_io.read(tensor_file(Path(cmd.actual_dir), seed, self.rank), self.device)
                 if not isinstance(actual, dict):
                     raise TensorFileError("not the file the runner writes")
             except TensorFileError as exc:  # a missing, cut or forged output file
                 found.append(_finding(seed, "output", f"outputs unreadable: {exc}"))
                 continue
             bad = compare(expected["outputs"], actual.get("outputs"), tol.atol, tol.rtol, "output")
-            pkb = pkb_agrees(expected["outputs"], actual.get("outputs")) if seed == cmd["seeds"][0] else None
+            pkb = pkb_agrees(expected["outputs"], actual.get("outputs")) if seed == cmd.seeds[0] else None
             if bad is None:
                 bad = compare(expected["inputs_after"], actual.get("inputs_after"), 0.0, 0.0, "input")
                 if bad is not None:
                     bad = type(bad)(bad.where, "changed by the call (the reference leaves it as it was): " + bad.message)
-            found.append({**(_finding(seed, bad.where, bad.message, bad.max_abs_error) if bad else _finding(seed)),
-                          "pkb": pkb})
-        return {"status": "ok", "checks": found}
+            found.append(_finding(seed, bad.where, bad.message, bad.max_abs_error, pkb=pkb) if bad
+                         else _finding(seed, pkb=pkb))
+        return ChecksReport(checks=found)
 
-    def check_timed(self, cmd: dict[str, Any]) -> dict[str, Any]:
+    def check_timed(self, cmd: CheckTimed) -> ChecksReport:
         """Recompute the reference on the inputs of the timed calls the parent picked (every rank of
         this set the same picks, in the same order: the reference may be collective) and compare."""
-        tol = Tolerance(**cmd["tolerance"], reason="given by the harness")
+        tol = cmd.tolerance
         found = []
-        for pick in cmd["picks"]:
-            self._phase(f"check timed call {pick['id']}")
-            inputs = self._call_inputs(cmd["base_seeds"], pick["nonce"], [pick["index"]])[0]
+        for pick in cmd.picks:
+            self._phase(f"check timed call {pick.id}")
+            inputs = self._call_inputs(cmd.base_seeds, pick.nonce, [pick.index])[0]
             expected = self.problem.solution(*inputs)
             self._sync()
             try:
-                actual = tensor_io.read(tensor_file(Path(cmd["actual_dir"]), pick["id"], self.rank), self.device)
+                actual = tensor_io.read(tensor_file(Path(cmd.actual_dir), pick.id, self.rank), self.device)
                 actual = actual["outputs"]
             except (TensorFileError, TypeError, KeyError) as exc:  # the rank did not hand it over
-                found.append(_finding(pick["id"], "output", f"not handed over: {exc}", kind="missing"))
+                found.append(_finding(pick.id, "output", f"not handed over: {exc}", kind="missing"))
                 continue
-            committed = pick["commits"].get(str(self.rank))
+            committed = pick.commits.get(str(self.rank))
             if committed is None:
-                found.append(_finding(pick["id"], "output", "the rank did not commit to its outputs", kind="missing"))
+                found.append(_finding(pick.id, "output", "the rank did not commit to its outputs", kind="missing"))
             elif fingerprint(actual) != committed:
-                found.append(_finding(pick["id"], "output", "the output handed over is not the one the rank "
+                found.append(_finding(pick.id, "output", "the output handed over is not the one the rank "
                                       "committed to when the region ended (changed after the call returned)",
                                       kind="commit"))
             else:
                 bad = compare(expected, actual, tol.atol, tol.rtol, "output")
-                found.append(_finding(pick["id"], bad.where, bad.message, bad.max_abs_error) if bad
-                             else _finding(pick["id"]))
-        return {"status": "ok", "checks": found}
+                found.append(_finding(pick.id, bad.where, bad.message, bad.max_abs_error) if bad
+                             else _finding(pick.id))
+        return ChecksReport(checks=found)
 
     def _expected(self, directory: Path, seed: int, sha256: dict[str, str]) -> dict[str, Any]:
         """A reference file's value, checked against the hash the parent read from the store's
@@ -131,7 +132,7 @@ class CleanSession(RankSession):
 
 
 def _finding(id_: int, where: str = "", message: str = "", max_abs_error: float | None = None,
-             kind: str = "value") -> dict[str, Any]:
-    return {"id": id_, "ok": not message, "where": where, "message": message, "max_abs_error": max_abs_error,
-            "kind": kind if message else ""}
+             kind: str = "value", pkb: bool | None = None) -> Finding:
+    return Finding(id=id_, ok=not message, where=where, message=message, max_abs_error=max_abs_error,
+                   kind=kind if message else "", pkb=pkb)
 

@@ -1,11 +1,12 @@
 """The contract between a rank process and the parent that started it.
 
-The parent sends one JSON line per step on the rank's command pipe. The rank answers on its
-report pipe, one JSON line per message: ``{"tag": ..., "report": {...}}`` when a step ends (tag:
-the command's, unpredictable, so no report can be written ahead of its command), and
-``{"phase": ...}`` when it starts something (what it was doing, for timeout messages). The parent
-reads them with a :class:`ReportReader`; a line that does not parse becomes an
-``unreadable_report``, which the verdict calls tampering. Pipes rather than files: on a VM's disk
+The parent sends one command per step on the rank's command pipe, a JSON line of a
+:mod:`pkb_ray.wire` record. The rank answers on its report pipe, one JSON line per message:
+``{"tag": ..., "report": {...}}`` when a step ends (tag: the command's, unpredictable, so no report
+can be written ahead of its command), and ``{"phase": ...}`` when it starts something (what it was
+doing, for timeout messages). The parent reads them with a :class:`ReportReader`; a line that is
+not a message becomes an ``unreadable_report``, and so does a report that is not the step's
+record (:func:`pkb_ray.wire.parse_report`): the verdict calls both tampering. Pipes rather than files: on a VM's disk
 a file written, renamed and read costs ~0.7 ms, and its cost varies with the folder, so two rank
 sets with folders of their own would pay differently for the same region. Tensors go through
 :mod:`pkb_ray.runner.tensor_io` files named by :func:`tensor_file`.
@@ -19,25 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from pkb_ray.names import Side
+from pkb_ray.wire import Step
 
 __all__ = ["Side", "Step", "StepFailed", "ReportReader", "use_report_pipe", "write_report", "set_phase",
            "tensor_file"]
 
 _report_fd: int | None = None  # the rank's end of its report pipe
 
-
-class Step:
-    """The steps a rank runs: a command's ``step``, and the name of its report."""
-
-    READY = "ready"  # the report a rank writes once its process group is up (not a command)
-    REFERENCE = "reference"  # compute the reference outputs (clean ranks)
-    TRIALS = "trials"  # the candidate on each trial seed
-    REGION = "region"  # one timed region of k back-to-back calls (see pkb_ray.rounds)
-    KEEP = "keep"  # keep one timed call's outputs for the check
-    CAPTURE = "capture"  # capture one side's k calls into a CUDA graph (graph timing mode)
-    CHECK_TRIALS = "check_trials"  # compare the candidate's trial outputs with the references (clean ranks)
-    CHECK_TIMED = "check_timed"  # the same for the timed calls kept
-    EXIT = "exit"
 
 
 class StepFailed(Exception):
@@ -51,8 +40,6 @@ class StepFailed(Exception):
 
 def tensor_file(directory: Path, seed: int, rank: int) -> Path:
     return directory / f"seed{seed}.rank{rank}.tensors"
-
-
 
 
 def use_report_pipe(fd: int) -> None:

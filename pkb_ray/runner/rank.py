@@ -2,7 +2,8 @@
 
 Started by :class:`pkb_ray.ranks.RankSet`, fresh for every sample. It imports torch, joins the
 process group, sets its device, says it is ready, then obeys steps read one JSON line at a time
-from the command pipe (the stdin it was started with; the candidate gets /dev/null instead):
+from the command pipe (the stdin it was started with; the candidate gets /dev/null instead), each
+a :mod:`pkb_ray.wire` command:
 
 ``reference``, ``check_trials``, ``check_timed``, ``region``, ``capture``   in a clean set
                (``--role clean``, never a candidate): expected outputs, the comparisons the verdict
@@ -12,16 +13,15 @@ from the command pipe (the stdin it was started with; the candidate gets /dev/nu
                (:mod:`pkb_ray.runner.candidate`).
 ``exit``       leave.
 
-Every step ends with a report on the rank's report pipe (:mod:`pkb_ray.runner.protocol`), under
-the command's tag (the step's name unless the command gives one). A step that raises
-reports ``import_error`` or ``runtime_error`` with the traceback; anything worse (a hang, a
+Every step ends with its report record on the rank's report pipe (:mod:`pkb_ray.runner.protocol`),
+under the command's tag (the step's name unless the command gives one). A step that raises
+reports a :class:`~pkb_ray.wire.Failure`, ``import_error`` or ``runtime_error`` with the traceback; anything worse (a hang, a
 segfault, ``os._exit``) is seen by the parent as a missing report.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -29,8 +29,9 @@ import traceback
 from datetime import timedelta
 from pathlib import Path
 
-from pkb_ray.runner import protocol
+from pkb_ray import wire
 from pkb_ray.names import Status
+from pkb_ray.runner import protocol
 
 STORE_UP = "store.up"  # in the job folder: rank 0's store listens (with --host-store)
 
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
     dist.barrier()
-    protocol.write_report(protocol.Step.READY, {"status": "ok", "pid": os.getpid(), "device": str(device)})
+    protocol.write_report(wire.Step.READY, wire.Ready(pid=os.getpid(), device=str(device)).model_dump())
 
     if args.role == "clean":
         from pkb_ray.runner.clean import CleanSession as Session
@@ -79,17 +80,16 @@ def main(argv: list[str] | None = None) -> int:
 
     session = Session(rank=args.rank, world_size=args.world_size, device=device, job_dir=job_dir)
     for line in commands:
-        cmd = json.loads(line)
-        step = cmd["step"]
-        if step == protocol.Step.EXIT:
+        cmd = wire.decode_command(line)
+        if isinstance(cmd, wire.Exit):
             break
         try:
             report = session.run(cmd)
         except protocol.StepFailed as failure:
-            report = {"status": failure.status, "message": failure.message}
+            report = wire.Failure(status=failure.status, message=failure.message)
         except BaseException:  # noqa: BLE001 - anything the step raised is the step's verdict
-            report = {"status": Status.RUNTIME_ERROR.value, "message": traceback.format_exc()}
-        protocol.write_report(cmd.get("tag", step), report)
+            report = wire.Failure(status=Status.RUNTIME_ERROR.value, message=traceback.format_exc())
+        protocol.write_report(cmd.tag or cmd.step, report.model_dump())
     try:
         dist.destroy_process_group()
     except Exception:  # noqa: BLE001 - a broken group is fine to leave behind: we exit

@@ -23,6 +23,7 @@ from pkb_ray.runner.graphs import Captured, capture_calls, same_layout
 from pkb_ray.runner.loading import candidate_traceback
 from pkb_ray.runner.protocol import Side, StepFailed, set_phase
 from pkb_ray.timing import call_seed, fresh_calls, timed_region, timed_replay
+from pkb_ray.wire import Capture, CaptureReport, Command, RegionReport, Report, TimeRegion
 
 
 class RankSession:
@@ -41,35 +42,36 @@ class RankSession:
         self._base: tuple | None = None  # (key, base input sets of the timed calls)
         self._graph: Captured | None = None  # the side's k calls captured (graph timing mode)
 
-    def steps(self) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
+    def steps(self) -> dict[type[Command], Callable[[Any], Report]]:
+        """The commands this kind of set obeys, and the method that runs each."""
         raise NotImplementedError
 
-    def run(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        path = cmd["problem_path"]
-        self.problem = self.problems.get(path) or self.problems.setdefault(path, load_problem(path))
-        self.dtype_name = cmd["dtype"]
-        self.size = cmd["size"]
-        step = self.steps().get(cmd["step"])
+    def run(self, cmd: Command) -> Report:
+        step = self.steps().get(type(cmd))
         if step is None:
-            raise StepFailed(Status.RUNTIME_ERROR.value, f"a {type(self).__name__} does not run {cmd['step']!r}")
+            raise StepFailed(Status.RUNTIME_ERROR.value, f"a {type(self).__name__} does not run {cmd.step!r}")
+        path = cmd.case.problem_path
+        self.problem = self.problems.get(path) or self.problems.setdefault(path, load_problem(path))
+        self.dtype_name = cmd.case.dtype
+        self.size = cmd.case.size
         return step(cmd)
 
     def timed_fn(self) -> Callable[..., Any]:
         """The function this set times."""
         raise NotImplementedError
 
-    def region(self, cmd: dict[str, Any]) -> dict[str, Any]:
+    def region(self, cmd: TimeRegion) -> RegionReport:
         """k calls on fresh inputs (from the parent's nonce), timed back to back (or, with ``graph``,
         one replay of the captured calls on those inputs); then a commitment (fingerprint) to every
         output, before the parent says which one to hand over."""
         self._check_side(cmd)
         self._hand_over(cmd)
-        k, what = cmd["k"], f"{cmd['what']} ({self.side.value})"
+        k, what = cmd.k, f"{cmd.what} ({self.side.value})"
         self._phase(what)
-        captured = self._graph if cmd.get("graph") else None
-        if cmd.get("graph") and (captured is None or captured.key != self._graph_key(k)):
+        captured = self._graph if cmd.graph else None
+        if cmd.graph and (captured is None or captured.key != self._graph_key(k)):
             raise StepFailed(Status.RUNTIME_ERROR.value, f"{what}: no graph of {k} calls captured")
-        calls = self._call_inputs(cmd["base_seeds"], cmd["nonce"], list(range(k)), own=captured is None)
+        calls = self._call_inputs(cmd.base_seeds, cmd.nonce, list(range(k)), own=captured is None)
         if captured is not None:
             captured.load(calls)
             calls = captured.inputs  # what the replay reads
@@ -86,27 +88,27 @@ class RankSession:
             raise StepFailed(Status.RUNTIME_ERROR.value, f"timed call, {what}:\n{candidate_traceback()}") from None
         finally:
             gc.enable()
-        self._held = outs if cmd["hold"] else None
+        self._held = outs if cmd.hold else None
         # both sides commit (the same work inside the parent's bracket), though only a candidate's are checked
-        return {"status": "ok", "us": us, "commits": fingerprints(outs) if cmd["hold"] else [],
-                "aliases": region_aliases(outs, calls), "devices": output_devices(outs[0])}
+        return RegionReport(us=us, commits=fingerprints(outs) if cmd.hold else [], aliases=region_aliases(outs, calls),
+                            devices=output_devices(outs[0]))
 
-    def capture(self, cmd: dict[str, Any]) -> dict[str, Any]:
+    def capture(self, cmd: Capture) -> CaptureReport:
         """Capture k calls, on input buffers of their own, into a CUDA graph that later regions
         replay. Reports ``captured`` and, when it could not, why: the parent then times both sides
         eager."""
         self._check_side(cmd)
         self._hand_over(cmd)
-        k = cmd["k"]
+        k = cmd.k
         self._phase(f"capture ({self.side.value})")
         if self.device.type != "cuda":
-            return {"status": "ok", "captured": False, "error": f"CUDA graphs need a CUDA device, not {self.device.type}"}
+            return CaptureReport(captured=False, error=f"CUDA graphs need a CUDA device, not {self.device.type}")
         self._graph = None  # its memory goes back before the next is captured
-        calls = self._call_inputs(cmd["base_seeds"], cmd["nonce"], list(range(k)))
-        again = self._call_inputs(cmd["base_seeds"], cmd["nonce"] + 1, list(range(k)), own=False)
+        calls = self._call_inputs(cmd.base_seeds, cmd.nonce, list(range(k)))
+        again = self._call_inputs(cmd.base_seeds, cmd.nonce + 1, list(range(k)), own=False)
         if not all(same_layout(a, b) for a, b in zip(calls, again)):
-            return {"status": "ok", "captured": False,
-                    "error": "the problem's inputs change shape or non-tensor values from call to call"}
+            return CaptureReport(captured=False,
+                                 error="the problem's inputs change shape or non-tensor values from call to call")
         dist.barrier()
         try:
             graph, outs = capture_calls(self.timed_fn(), calls, self.device)
@@ -117,19 +119,19 @@ class RankSession:
             except RuntimeError as exc:  # the context did not survive: eager timing cannot run either
                 raise StepFailed(Status.RUNTIME_ERROR.value, f"capture ({self.side.value}) broke the device: "
                                  f"{exc}\n{error}") from None
-            return {"status": "ok", "captured": False, "error": error[-2000:]}
+            return CaptureReport(captured=False, error=error[-2000:])
         self._graph = Captured(graph, calls, outs, key=self._graph_key(k))
-        return {"status": "ok", "captured": True}
+        return CaptureReport(captured=True)
 
-    def _check_side(self, cmd: dict[str, Any]) -> None:
-        if cmd.get("side") != self.side.value:
+    def _check_side(self, cmd: TimeRegion | Capture) -> None:
+        if cmd.side is not self.side:
             raise StepFailed(Status.RUNTIME_ERROR.value, f"a {type(self).__name__} times the {self.side.value} "
-                             f"side only, not {cmd.get('side')!r}")
+                             f"side only, not {cmd.side.value!r}")
 
     def _graph_key(self, k: int) -> tuple:
         return (id(self.problem), self.dtype_name, json.dumps(self.size, sort_keys=True), k)
 
-    def _hand_over(self, cmd: dict[str, Any]) -> None:
+    def _hand_over(self, cmd: Command) -> None:
         """Drop the last region's outputs (a candidate's set hands one over first: see there)."""
         self._held = None
 

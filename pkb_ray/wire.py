@@ -1,0 +1,286 @@
+"""The records on the wire between the parent and its ranks: one frozen command per step, the one
+report that step answers with, and the failure any step may end with instead.
+
+Commands are the parent's, and trusted; a rank decodes each line with :func:`decode_command`
+(the ``step`` field names the record). Reports come from the ranks, and a candidate's set's are
+forgeable: :func:`parse_report` is the one place where the parent reads one, and anything that is
+not exactly the step's report, or a failure the runner writes, becomes a :class:`Failure` with
+status ``unreadable_report``, which the verdict calls tampering. A report that parses says
+nothing true yet: the verdict still trusts only the clean set's findings and the parent's clock.
+
+Pure data (pydantic records, no torch, no processes): rank processes and the verdict import it alike.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, ClassVar, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from pkb_ray.names import Side
+
+
+class Step:
+    """The names of the steps a rank runs (a command's ``step``, the first part of its tag)."""
+
+    READY = "ready"  # the report a rank writes once its process group is up (not a command)
+    REFERENCE = "reference"  # compute the reference outputs (clean ranks)
+    TRIALS = "trials"  # the candidate on each trial seed
+    REGION = "region"  # one timed region of k back-to-back calls (see pkb_ray.rounds)
+    KEEP = "keep"  # keep one timed call's outputs for the check
+    CAPTURE = "capture"  # capture one side's k calls into a CUDA graph (graph timing mode)
+    CHECK_TRIALS = "check_trials"  # compare the candidate's trial outputs with the references (clean ranks)
+    CHECK_TIMED = "check_timed"  # the same for the timed calls kept
+    EXIT = "exit"
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# --- reports ------------------------------------------------------------------------------------
+
+class Report(Record):
+    """A step that ended well."""
+
+    status: Literal["ok"] = "ok"
+
+
+class Watched(Report):
+    """A candidate's set's report after a step outside the regions: what its watches found replaced
+    (:mod:`pkb_ray.runner.watch`)."""
+
+    tampered: list[str] = []
+
+
+class Ready(Report):
+    pid: int
+    device: str
+
+
+class ReferenceReport(Report):
+    structure: dict[str, list]  # seed -> [[shape, dtype], ...] of the outputs
+    aliases: dict[str, list[str]]  # seed -> inputs the outputs share memory with
+    devices: list[str]
+    traffic: dict[str, float] | None  # traced volumes, for problems with no bound of their own
+    input_bytes: int
+
+
+class TrialsReport(Watched):
+    devices: dict[str, list[str]]  # seed -> the outputs' devices
+    aliases: dict[str, list[str]]
+    rank_builds: int  # torch extensions the candidate built on the rank
+
+
+class RegionReport(Report):
+    us: Annotated[float, Field(ge=0, allow_inf_nan=False)]  # per call, by the rank's own clock
+    commits: list[list[str]]  # per call, the fingerprints of its outputs (held regions only)
+    aliases: list[str]
+    devices: list[str]  # of the first call's outputs
+
+
+class CaptureReport(Watched):
+    captured: bool
+    error: str = ""  # why not
+
+
+class KeepReport(Watched):
+    pass
+
+
+class Finding(Record):
+    """The clean set's comparison of one output (a trial seed's, or a picked timed call's)."""
+
+    id: int
+    ok: bool
+    where: str = ""
+    message: str = ""
+    max_abs_error: float | None = None
+    kind: Literal["", "value", "missing", "commit"] = ""
+    pkb: bool | None = None  # the first trial, by PKB's own rule
+
+
+class ChecksReport(Report):
+    checks: list[Finding]
+
+
+FailureStatus = Literal["import_error", "runtime_error", "reference_changed", "unreadable_report"]
+
+
+class Failure(Record):
+    """A step that raised (its status and traceback), or a report the parent could not read."""
+
+    status: FailureStatus
+    message: str = ""
+
+
+Answer = Union[Report, Failure]
+
+
+def parse_report(kind: type[Report], raw: Any) -> Answer:
+    """What a rank sent for a step whose report is ``kind``; never raises."""
+    try:
+        if isinstance(raw, dict) and raw.get("status") != "ok":
+            return Failure.model_validate(raw)
+        return kind.model_validate(raw)
+    except ValidationError as exc:
+        shown = json.dumps(raw, default=str)[:200] if isinstance(raw, (dict, list)) else repr(raw)[:200]
+        return Failure(status="unreadable_report", message=f"not a {kind.__name__}: {_first_error(exc)}; got {shown}")
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    return f"{'.'.join(map(str, error['loc'])) or 'the report'}: {error['msg']}"
+
+
+# --- commands -----------------------------------------------------------------------------------
+
+class Case(Record):
+    """What a step runs on: a problem file at one dtype and size."""
+
+    problem_path: str
+    dtype: str
+    size: dict[str, Any]
+
+
+class Tol(Record):
+    atol: float
+    rtol: float
+
+
+class Pick(Record):
+    """A timed call picked for the check, chosen by the parent after its region's commitments."""
+
+    id: int
+    side: Side
+    region: int  # the round
+    index: int  # the call within the region
+    mode: str
+    nonce: int
+    commits: dict[str, list[str] | None]  # rank -> what it committed to for this call
+
+
+class Command(Record):
+    """One step of every rank of a set. ``tag`` is the parent's, unpredictable (see ranks.RankSet.tag)."""
+
+    answer: ClassVar[type[Report]]
+    tag: str = ""
+
+    @property
+    def files(self) -> list[int]:
+        """The ids (seeds, picks) of the tensor files it reads or writes, one per rank."""
+        return []
+
+
+class ComputeReference(Command):
+    answer = ReferenceReport
+    step: Literal["reference"] = Step.REFERENCE
+    case: Case
+    seeds: list[int]
+    out_dir: str
+
+    @property
+    def files(self) -> list[int]:
+        return self.seeds
+
+
+class RunTrials(Command):
+    answer = TrialsReport
+    step: Literal["trials"] = Step.TRIALS
+    case: Case
+    candidate_path: str
+    seeds: list[int]
+    structure: dict[str, dict[str, list]]  # rank -> seed -> the reference's output structure
+    out_dir: str
+    prebuilt: str = ""  # the compile stage's torch extensions for this sample
+    arch_list: str = ""
+
+    @property
+    def files(self) -> list[int]:
+        return self.seeds
+
+
+class TimeRegion(Command):
+    answer = RegionReport
+    step: Literal["region"] = Step.REGION
+    case: Case
+    side: Side
+    k: int
+    nonce: int
+    what: str
+    base_seeds: list[int]
+    hold: bool  # keep the outputs (and commit to them) until the next step
+    graph: bool  # one replay of the captured graph instead of k eager calls
+
+
+class Capture(Command):
+    answer = CaptureReport
+    step: Literal["capture"] = Step.CAPTURE
+    case: Case
+    side: Side
+    k: int
+    nonce: int
+    base_seeds: list[int]
+
+
+class Keep(Command):
+    """Hand over call ``index`` of the last region as file ``id`` in ``out_dir`` (no index: nothing)."""
+
+    answer = KeepReport
+    step: Literal["keep"] = Step.KEEP
+    case: Case
+    index: int | None = None
+    id: int = 0
+    out_dir: str = ""
+
+    @property
+    def files(self) -> list[int]:
+        return [self.id] if self.index is not None else []
+
+
+class CheckTrials(Command):
+    answer = ChecksReport
+    step: Literal["check_trials"] = Step.CHECK_TRIALS
+    case: Case
+    seeds: list[int]
+    expected_dir: str
+    expected_sha256: dict[str, str]  # file name -> content hash, from the store's MAC-checked manifest
+    actual_dir: str
+    tolerance: Tol
+
+    @property
+    def files(self) -> list[int]:
+        return self.seeds
+
+
+class CheckTimed(Command):
+    answer = ChecksReport
+    step: Literal["check_timed"] = Step.CHECK_TIMED
+    case: Case
+    picks: list[Pick]
+    base_seeds: list[int]
+    actual_dir: str
+    tolerance: Tol
+
+    @property
+    def files(self) -> list[int]:
+        return [p.id for p in self.picks]
+
+
+class Exit(Command):
+    answer = Report
+    step: Literal["exit"] = Step.EXIT
+
+
+AnyCommand = Annotated[Union[ComputeReference, RunTrials, TimeRegion, Capture, Keep, CheckTrials, CheckTimed, Exit],
+                       Field(discriminator="step")]
+_COMMANDS: TypeAdapter = TypeAdapter(AnyCommand)
+
+
+def encode_command(cmd: Command) -> bytes:
+    return (json.dumps(cmd.model_dump()) + "\n").encode()
+
+
+def decode_command(line: str | bytes) -> Command:
+    return _COMMANDS.validate_json(line)
