@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         run()
         return 0
     if command == "report":
-        from pkb_ray.report import main as report
+        from pkb_ray.summary.cli import main as report
 
         return report(rest)
     if command == "prompt":

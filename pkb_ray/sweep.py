@@ -21,20 +21,17 @@ from pkb_ray.cluster import start_ray
 from pkb_ray.config import SweepConfig
 from pkb_ray.entry import run_job
 from pkb_ray.llm import api_key
-from pkb_ray.metrics import as_scored, final_and_rounds
 from pkb_ray.names import Status
 from pkb_ray.paths import CONF_DIR
 from pkb_ray.pipeline import select_rows
 from pkb_ray.pkb.solutions import number_mismatches
 from pkb_ray.problem import load_problems
 from pkb_ray.refine import evaluate_and_refine
-from pkb_ray.report import across_nodes
-from pkb_ray.report import write as write_report
 from pkb_ray.results import newest, read_results
 from pkb_ray.samples import read_samples
 from pkb_ray.selection import check_against_problems, resolve_path, with_problems_folder
 from pkb_ray.stages.generate import first_requests, generate
-from pkb_ray.summary import format_summary
+from pkb_ray.summary import RunSummary, pages, render_text
 from pkb_ray.tracking import Tracker
 
 log = logging.getLogger("pkb_ray")
@@ -83,28 +80,22 @@ def _evaluate(cfg, rows, problems, chosen, results_dir, problems_dir, generated_
                              busy)
 
     evaluate_and_refine(rows, cfg, problems, chosen, results_dir, generated_dir, problems_dir, on_progress=progress)
-    everything = newest(read_results(results_dir))  # this run's rows and those of the runs it resumes
-    # each sample's latest version counts once, each (size, world size, hardware) as the report counts it
-    df, per_round = final_and_rounds(as_scored(everything))
-    print(format_summary(df), flush=True)
-    if per_round is not None:
-        print("after each refinement round:\n" + per_round.to_string(index=False, float_format=lambda x: f"{x:.3f}"),
-              flush=True)
+    info = {"W&B run": tracker.where(), "model": cfg.model.name, "problems": cfg.problems.model_dump(mode="json"),
+            "backend": cfg.backend.model_dump(mode="json"), "eval": cfg.eval.model_dump(mode="json"),
+            "hardware profile": cfg.hardware.model_dump(mode="json")}
+    # this run's rows and those of the runs it resumes; every view below renders this one summary
+    summary = RunSummary.of(newest(read_results(results_dir)), run_info={k: v for k, v in info.items() if v})
+    print(render_text.table(summary), flush=True)
+    if summary.rounds is not None:
+        print(render_text.rounds(summary), flush=True)
     page = None
-    if len(df):
-        info = {"W&B run": tracker.where(), "model": cfg.model.name, "problems": cfg.problems.model_dump(mode="json"),
-                "backend": cfg.backend.model_dump(mode="json"), "eval": cfg.eval.model_dump(mode="json"),
-                "hardware profile": cfg.hardware.model_dump(mode="json")}
-        html_path, md_path = write_report(everything, out_dir, title=f"{cfg.model.name} on {cfg.hardware.name}",
-                                          run_info={k: v for k, v in info.items() if v})
+    if len(summary.rows):
+        html_path, md_path = pages.write(summary, out_dir, title=f"{cfg.model.name} on {cfg.hardware.name}")
         page = html_path.read_text()
         log.info("report: %s (and %s)", html_path, md_path.name)
-    tracker.log_results(df, page)
-    tracker.log_across_nodes(across_nodes(as_scored(everything)) if len(everything) else None)
-    if per_round is not None:
-        tracker.log_rounds(per_round)
+    tracker.log_results(summary, page)
     tracker.log_artifacts({"results": results_dir, "generated": generated_dir})
-    return df
+    return summary.rows
 
 
 def run_name(cfg: SweepConfig, job: str | None) -> str:

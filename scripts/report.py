@@ -16,7 +16,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pkb_ray.report import main  # noqa: E402
+from pkb_ray.summary.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,7 +9,9 @@ from conftest import REPO
 LAYERS = {  # 7 = the command, 6 = entry points ... 1 = pure data and rules
     7: ["cli"],
     6: ["sweep", "baselines", "entry", "cache"],
-    5: ["pipeline", "refine", "report", "size_sweeps", "figures", "tracking", "summary"],
+    5: ["pipeline", "refine", "tracking", "summary", "summary.run", "summary.tables", "summary.sizes",
+        "summary.figures", "summary.sections", "summary.render_html", "summary.render_markdown",
+        "summary.render_text", "summary.render_wandb", "summary.pages", "summary.cli"],
     4: ["stages.compile", "stages.evaluate", "stages.generate", "stages.validate", "llm", "prompt", "telemetry"],
     3: ["gang", "cluster", "spread", "harness", "references", "rounds", "rank_pool", "ranks", "problem_check"],
     2: ["runner", "runner.extensions", "runner.launch", "runner.protocol", "runner.rank", "runner.resident",
@@ -73,3 +75,11 @@ def test_the_runner_is_split_by_trust_into_small_modules():
     assert {name: n for name, n in sizes.items() if n > 300} == {}
     clean = _imports(runner / "clean.py")
     assert not any(m.startswith("pkb_ray.runner.candidate") for m in clean)  # the clean set never loads one
+
+
+def test_a_runs_figures_are_computed_in_one_place():
+    """The scores are computed by pkb_ray.summary.run only; every view renders its RunSummary."""
+    scores = {f"pkb_ray.metrics.{n}" for n in ("summarize", "curves", "final_and_rounds", "as_scored")}
+    found = [f"{name} imports {sorted(scores & _imports(path))}" for name, path in _modules().items()
+             if name != "pkb_ray.summary.run" and scores & _imports(path)]
+    assert found == []

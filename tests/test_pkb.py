@@ -143,7 +143,7 @@ def test_a_sweep_over_pkb_problems_and_solutions_gives_both_verdicts(tmp_path):
     import subprocess
     import sys
 
-    from pkb_ray.report import verdicts
+    from pkb_ray.summary.tables import verdicts
     from pkb_ray.results import read_results
 
     run_dir = tmp_path / "run"

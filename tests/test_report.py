@@ -8,7 +8,10 @@ import pytest
 
 from conftest import REPO
 from pkb_ray.metrics import curves
-from pkb_ray.report import SECTIONS, read_runs, write
+from pkb_ray.summary import RunSummary
+from pkb_ray.summary.cli import read_runs
+from pkb_ray.summary.pages import write as write_pages
+from pkb_ray.summary.sections import SECTIONS
 from pkb_ray.results import write_results
 from pkb_ray.schema import Result, Sample, Status
 
@@ -34,6 +37,10 @@ def results(hardware: str = "h200_2") -> list[Result]:
                                              world_size=2, hardware=hardware, category=CATEGORY[pid],
                                              speedup=speedup, sol_fraction=speedup and speedup / 10))
     return out
+
+
+def write(df, out_dir, title="pkb_ray report", run_info=None):
+    return write_pages(RunSummary.of(df, run_info), out_dir, title)
 
 
 @pytest.fixture
@@ -139,12 +146,10 @@ def test_spread_results_get_their_own_section_and_do_not_count_as_more_samples(t
     assert "| 0.583 |" in board
     # and W&B gets the same table (a real offline run, read back from its files)
     from pkb_ray.config import WandbConfig
-    from pkb_ray.metrics import as_scored
-    from pkb_ray.report import across_nodes
     from pkb_ray.tracking import Tracker
 
     tracker = Tracker(WandbConfig(mode="offline"), {}, tmp_path / "wb")
-    tracker.log_across_nodes(across_nodes(as_scored(df)))
+    tracker.log_results(RunSummary.of(df))
     tracker.close()
     logged = next((tmp_path / "wb").rglob("across_nodes_*.table.json"))
     table = json.loads(logged.read_text())
@@ -162,7 +167,7 @@ def test_wandb_gets_the_runs_scores_and_each_models(run_dir, tmp_path):
 
     df = read_results(run_dir / "results")
     tracker = Tracker(WandbConfig(mode="offline"), {}, tmp_path / "wb")
-    tracker.log_results(df)
+    tracker.log_results(RunSummary.of(df))
     tracker.close()
     summary = wandb_files.summary(next((tmp_path / "wb").rglob("run-*.wandb")))
     per_model = summarize(df, ["model"], ks=(1, 5)).set_index("model")
@@ -176,7 +181,7 @@ def test_wandb_gets_the_runs_scores_and_each_models(run_dir, tmp_path):
 
 
 def test_a_size_sweep_is_drawn_against_bytes_with_each_models_crossover(tmp_path):
-    from pkb_ray import size_sweeps
+    from pkb_ray.summary import sizes as size_sweeps
 
     # one sample per model at four sizes, timed both ways: "fast" beats the reference up to 64 KiB
     # (graph replays), then stops; "slow" never does
@@ -206,3 +211,43 @@ def test_a_size_sweep_is_drawn_against_bytes_with_each_models_crossover(tmp_path
     assert fast["eager reference us"].iloc[0] == pytest.approx(fast["graph reference us"].iloc[0] + 30)
     # each size scores as a problem of its own: 5 sizes x 1 problem
     assert "5 problem(s)" in html
+
+
+def test_the_printed_table_wandb_and_the_report_agree_on_every_figure(run_dir, tmp_path):
+    """One run's three views render one RunSummary: per model and per problem, the printed table,
+    W&B (a real offline run, read back) and report.md show the same figures."""
+    import json
+
+    import wandb_files
+    from pkb_ray.config import WandbConfig
+    from pkb_ray.summary import render_text
+    from pkb_ray.summary.sections import fmt
+    from pkb_ray.tracking import Tracker
+
+    summary = RunSummary.of(read_runs([run_dir]))
+    printed = {tuple(line.split()[:2]): line.split() for line in render_text.table(summary).splitlines()[1:-1]}
+    tracker = Tracker(WandbConfig(mode="offline"), {}, tmp_path / "wb")
+    tracker.log_results(summary)
+    tracker.close()
+    logged = wandb_files.summary(next((tmp_path / "wb").rglob("run-*.wandb")))
+    table = json.loads(next((tmp_path / "wb").rglob("per_problem_*.table.json")).read_text())
+    per_problem = {(r[0], r[1]): dict(zip(table["columns"], r)) for r in table["data"]}
+    md = write_pages(summary, tmp_path / "out")[1].read_text()
+    board = {c[2]: c for c in (line.split("|") for line in md.split("## Leaderboard")[1].split("##")[0].splitlines())
+             if len(c) > 9 and c[1].strip().isdigit()}
+    problems = {(c[3].strip(), c[1].strip()): c for c in (line.split("|") for line in
+                md.split("## Per problem")[1].split("##")[0].splitlines()) if len(c) > 10}
+    for model in ("strong", "weak"):
+        # printed: model problem n pass@1 pass@5 over fast_1.0@1 median_speedup statuses
+        n, pass1, _, _, fast, median = printed[(model, "ALL")][2:8]
+        assert (int(n), pass1, fast, median) == (logged[f"{model}/n"], f"{logged[f'{model}/pass@1']:.2f}",
+                                                  f"{logged[f'{model}/fast_1.0@1']:.2f}",
+                                                  f"{logged[f'{model}/median_speedup']:.2f}")
+        cells = [c.strip() for c in board[f" {model} "]]
+        assert cells[4:10] == [str(logged[f"{model}/n"]), fmt(logged[f"{model}/pass@1"]),
+                               fmt(logged[f"{model}/fast_1.0@1"]), fmt(logged[f"{model}/fast_1.5@1"]),
+                               fmt(logged[f"{model}/geomean_speedup"]), fmt(logged[f"{model}/median_sol_fraction"])]
+        for problem in ("all_reduce", "all_gather", "gemm_rs"):
+            wb = per_problem[(model, problem)]
+            assert printed[(model, problem)][3] == f"{wb['pass@1']:.2f}"
+            assert problems[(model, problem)][5].strip() == fmt(wb["pass@1"])

@@ -5,7 +5,10 @@ import shutil
 
 import pytest
 
-from pkb_ray.report import read_runs, sample_anchor, write
+from pkb_ray.summary import RunSummary
+from pkb_ray.summary.cli import read_runs
+from pkb_ray.summary.pages import write
+from pkb_ray.summary.tables import sample_anchor
 from pkb_ray.results import write_results
 from test_report import results
 
@@ -28,7 +31,7 @@ def report(tmp_path_factory):
                                            "cand_median_us": [10.0, 10.5], "cand_iqr_us": [0.2, 0.25]})
     write_results(rows, tmp / "run" / "results")
     df = read_runs([tmp / "run"])
-    page, _ = write(df, tmp / "out", title="two models", run_info={"W&B run": "https://wandb.ai/team/p/runs/abc"})
+    page, _ = write(RunSummary.of(df, {"W&B run": "https://wandb.ai/team/p/runs/abc"}), tmp / "out", title="two models")
     best = df[(df["model"] == "strong") & (df["problem_id"] == "all_gather") & (df["sample_index"] == 3)].iloc[0]
     return page, sample_anchor(best)
 

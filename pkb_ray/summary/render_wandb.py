@@ -1,0 +1,83 @@
+"""What a run's W&B run holds of its :class:`~pkb_ray.summary.run.RunSummary`:
+
+- summary: :attr:`RunSummary.scalars` (every score over all models, ``pass@1`` ..., and per model,
+  ``<model>/pass@1`` ..., ``fast_1.0@k``, ``timing``), and with refinement ``round<r>/pass@1`` and
+  ``round<r>/fast_1.0@1`` (``<model>/round<r>/...`` with several models);
+- tables: ``samples`` (one row per result: size, message bytes, timing mode and times, message
+  trimmed, source), ``per_problem``, ``per_category``, ``pass_at_k`` (the curves, long format), and
+  when the run has them ``size_sweeps``, ``across_nodes`` and ``rounds``;
+- plots: ``pass@k`` and ``fast_1.0@k`` lines, status counts as bars, the histogram of log2 speedup
+  of correct samples, best speedup against message bytes (size sweeps), pass@1 per round;
+- ``report``: the HTML page.
+
+wandb is imported here only, when a run is logged (:class:`pkb_ray.tracking.Tracker`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from pkb_ray.summary.run import RunSummary
+
+SAMPLE_COLUMNS = ["problem_id", "category", "model", "sample_index", "backend", "world_size", "size",
+                  "message_bytes", "status", "speedup", "timing_mode", "ref_time_us", "cand_time_us", "sol_fraction",
+                  "message", "source"]
+MESSAGE_CHARS = 300
+
+
+def summary_keys(summary: RunSummary) -> dict[str, Any]:
+    """The run's W&B summary."""
+    out = dict(summary.scalars)
+    if summary.rounds is not None:
+        single = summary.rounds["model"].nunique() == 1
+        for row in summary.rounds.to_dict("records"):
+            prefix = f"round{row['round']}" if single else f"{row['model']}/round{row['round']}"
+            out[f"{prefix}/pass@1"] = row["pass@1"]
+            out[f"{prefix}/fast_1.0@1"] = row["fast_1.0@1"]
+    return out
+
+
+def history(summary: RunSummary, report_html: str | None = None) -> dict[str, Any]:
+    """The tables, plots and page, as one ``run.log`` of W&B objects."""
+    import wandb
+
+    df = summary.rows
+    samples = df[[c for c in SAMPLE_COLUMNS if c in df]].assign(message=df["message"].str[:MESSAGE_CHARS])
+    tables = {"samples": samples, "per_problem": summary.per_problem, "per_category": summary.per_category,
+              "pass_at_k": summary.curves}
+    logged: dict[str, Any] = {name: _table(t) for name, t in tables.items()}
+    curve = summary.curves
+    lines = wandb.Table(dataframe=curve.assign(line=curve["model"] + " " + curve["metric"]))
+    logged["pass_at_k_plot"] = wandb.plot.line(lines, "k", "value", stroke="line", title="pass@k and fast_1.0@k")
+    counts = pd.DataFrame(list(summary.statuses.items()), columns=["status", "samples"])
+    logged["status_plot"] = wandb.plot.bar(_table(counts), "status", "samples", title="samples by status")
+    if summary.correct_speedups:
+        hist = pd.DataFrame({"log2_speedup": [math.log2(s) for s in summary.correct_speedups]})
+        logged["speedup_plot"] = wandb.plot.histogram(_table(hist), "log2_speedup",
+                                                      title="log2 speedup of correct samples")
+    if summary.sizes is not None:
+        sweep = summary.sizes
+        line = sweep["model"] + " " + sweep["problem"] + " W=" + sweep["W"].astype(str)
+        table = _table(sweep.assign(line=line))
+        logged["size_sweeps"] = table
+        logged["size_sweeps_plot"] = wandb.plot.line(table, "bytes", "best speedup", stroke="line",
+                                                     title="best speedup against message bytes (1 = the reference)")
+    if summary.across_nodes is not None and not summary.across_nodes.empty:
+        logged["across_nodes"] = _table(summary.across_nodes)
+    if summary.rounds is not None and not summary.rounds.empty:
+        rounds = _table(summary.rounds)
+        logged["rounds"] = rounds
+        logged["rounds_plot"] = wandb.plot.line(rounds, "round", "pass@1", stroke="model",
+                                                title="pass@1 after each refinement round")
+    if report_html:
+        logged["report"] = wandb.Html(report_html, inject=False)
+    return logged
+
+
+def _table(frame: pd.DataFrame):
+    import wandb
+
+    return wandb.Table(dataframe=frame.reset_index(drop=True))

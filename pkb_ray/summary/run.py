@@ -1,0 +1,99 @@
+"""The one object every view of a run renders: :class:`RunSummary`, built from the run's rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from pkb_ray.metrics import as_scored, curves, fast_col, final_and_rounds, summarize, timing_note
+from pkb_ray.summary import sizes, tables
+from pkb_ray.schema import Status
+
+KS = (1, 5, 10)  # the k of every pass@k any view shows
+CURVE_P = 1.0  # the fast_p whose curve is drawn beside pass@k
+
+
+@dataclass(frozen=True, eq=False)  # frames do not compare as values
+class RunSummary:
+    """Everything shown of one run (or of several read together). ``rows``: each sample's latest
+    version on one node, as the scores count them (:func:`pkb_ray.metrics.as_scored`: each size,
+    dtype and world size of a problem is a problem of its own)."""
+
+    rows: pd.DataFrame
+    rounds: pd.DataFrame | None  # pass@1 and fast_1.0@1 after each refinement round (None: no refinement)
+    overall: pd.DataFrame  # summarize() per model, at KS
+    per_problem: pd.DataFrame  # per model and problem
+    per_category: pd.DataFrame  # per model and category
+    curves: pd.DataFrame  # pass@k and fast_1.0@k per model, the same problems at every k
+    scalars: dict[str, Any]  # the headline figures, flat: over all models ("pass@1") and each ("<model>/pass@1")
+    leaderboard: pd.DataFrame
+    problems: pd.DataFrame  # per problem and model: best sample, its times and fraction of speed of light
+    grid: dict[str, dict[str, tuple[str, str]]]  # problem -> model -> (share correct / best speedup, its anchor)
+    speedups: pd.DataFrame  # per category and model, correct samples
+    failures: pd.DataFrame  # statuses per model and category
+    status_shares: pd.DataFrame  # each status's share of each model's samples
+    statuses: dict[str, int]  # samples per status, every status
+    correct_speedups: list[float]  # of every correct, timed sample
+    across_nodes: pd.DataFrame | None  # the same samples inside one node and across nodes
+    sizes: pd.DataFrame | None  # problems measured at several sizes
+    verdicts: pd.DataFrame | None  # PKB's rule beside ours
+    run: pd.DataFrame  # hardware, versions, and what the caller adds (config, the W&B run)
+    timing: str  # which times the speedups use
+
+    @classmethod
+    def of(cls, everything: pd.DataFrame, run_info: dict | None = None) -> "RunSummary":
+        """From the newest rows of one or more runs (every round, every node)."""
+        scored = as_scored(everything)
+        rows, rounds = final_and_rounds(scored)
+        overall = summarize(rows, ["model"], ks=KS)
+        per_problem = summarize(rows, ["model", "problem_id"], ks=KS)
+        per_category = summarize(rows, ["model", "category"], ks=KS)
+        correct = rows[(rows["status"] == Status.CORRECT.value) & (rows["speedup"] > 0)]
+        return cls(
+            rows=rows, rounds=rounds, overall=overall, per_problem=per_problem, per_category=per_category,
+            curves=curves(rows, ["model"], ps=(CURVE_P,)),
+            scalars=_scalars(rows, overall),
+            leaderboard=tables.leaderboard(rows, overall),
+            problems=tables.problems(rows, per_problem),
+            grid=tables.grid_cells(rows),
+            speedups=tables.category_speedups(rows, per_category),
+            failures=tables.status_table(rows, ["model", "category"]),
+            status_shares=tables.status_shares(rows),
+            statuses={s.value: int((rows["status"] == s.value).sum()) for s in Status},
+            correct_speedups=[float(s) for s in correct["speedup"]],
+            across_nodes=tables.across_nodes(scored) if len(scored) else None,
+            sizes=sizes.table(rows),
+            verdicts=tables.verdicts(rows),
+            run=tables.run_table(rows, run_info),
+            timing=timing_note(rows),
+        )
+
+    @property
+    def description(self) -> str:
+        """One line: how many results, models and problems, the hardware, the timing note."""
+        rows = self.rows
+        hardware = ", ".join(sorted(rows["hardware"].astype(str).unique()))
+        return (f"{len(rows)} results, {rows['model'].nunique()} model(s), {rows['problem_id'].nunique()} problem(s); "
+                f"hardware: {hardware}; {self.timing}")
+
+
+def _scalars(rows: pd.DataFrame, overall: pd.DataFrame) -> dict[str, Any]:
+    """The run's headline figures: every score over all (model, problem) units ("pass@1", ...), the
+    same per model ("<model>/pass@1", ...), fast_1.0@k for each k of KS (over the problems with at
+    least k samples, as pass@k), and the timing note."""
+    if rows.empty:
+        return {}
+    out: dict[str, Any] = {}
+    everyone = summarize(rows.assign(scope="all"), ["scope"], ks=KS).drop(columns=["scope"]).iloc[0]
+    per_model = [("", everyone.to_dict())] + [(f"{r['model']}/", r) for r in overall.to_dict("records")]
+    wide = {"": curves(rows.assign(model_scope="all"), ["model_scope"], ps=(CURVE_P,), same_problems=False)}
+    by_model = curves(rows, ["model"], ps=(CURVE_P,), same_problems=False)
+    for prefix, scores in per_model:
+        out.update({f"{prefix}{k}": v for k, v in scores.items() if k != "model" and pd.notna(v)})
+        curve = wide[""] if not prefix else by_model[by_model["model"] == prefix[:-1]]
+        fast = curve[(curve["metric"] == f"fast_{CURVE_P}") & curve["k"].isin(KS)]
+        out.update({f"{prefix}{fast_col(CURVE_P).removesuffix('@1')}@{k}": v for k, v in zip(fast["k"], fast["value"])})
+    out["timing"] = timing_note(rows)
+    return out

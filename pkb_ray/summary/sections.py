@@ -1,0 +1,61 @@
+"""The report's sections: their headings and the note under each (one text for HTML and Markdown).
+
+Always shown, in order (:data:`SECTIONS`): leaderboard (one row per model, ranked by fast_1.0@1
+then pass@1), pass@k and fast_1.0@k curves, speedups of correct samples per category, why samples
+fail, per problem, the models x problems grid, every sample (HTML only) and the run. Shown when the
+run has them (:data:`OPTIONAL`): across nodes, PKB's verdict beside ours, refinement rounds,
+size sweeps.
+"""
+
+import math
+
+NOTES = {
+    "leaderboard": "pass@1: chance that one sample of a problem is correct on every rank, averaged over problems. "
+                   "fast_p@1: chance that it is correct and more than p times faster than the PyTorch + NCCL "
+                   "reference. Speedups and fractions of speed of light are over correct samples.",
+    "pass-at-k": "Unbiased estimates from n samples per problem, averaged over problems; k runs up to the fewest "
+                 "samples any problem of the model has, so every point averages the same problems.",
+    "speedups": "Reference time / candidate time, correct samples only; each box is one category and model.",
+    "failures": "Status of every sample: invalid and compile errors come before any GPU work; timeout and crash "
+                "are hangs and dead ranks; wrong_output ran but disagreed with the reference; tampering was caught "
+                "changing the evaluator or forging its times.",
+    "problems": "Best speedup among the model's correct samples of the problem, and that sample's fraction of "
+                "the speed-of-light time (1.0 = at the hardware bound; 'estimate (traced)': a problem with no "
+                "bound of its own, bounded by what one traced reference call moves and computes).",
+    "nodes": "The same samples on gangs spread over nodes (hardware.spread), beside the same world size inside one "
+             "node: the reference's median time in each (measured beside every sample), how much slower it is "
+             "across nodes, and the model's best speedup over each reference.",
+    "verdicts": "pkb_verdict is ParallelKernelBench's own rule on the same outputs (first call only, allclose "
+                "1e-2 after a float cast; dtype, inputs and timed calls not checked). Each row: a model's samples "
+                "that one rule passes and the other does not, with pkb_ray's status and the first line of why.",
+    "grid": "Each cell: the share of the model's samples of the problem that are correct, and the best "
+            "correct speedup (a link to that sample).",
+    "samples": "Every result, by model and problem: open one for its message, each rank's median time and "
+               "interquartile range (microseconds, reference and sample), and its source.",
+    "run": "The hardware, the versions the results were measured with, the configuration and the W&B run.",
+    "sizes": "Problems evaluated at several sizes (eval.sizes): per size, the bytes of one call's inputs on a "
+             "rank, the reference's median time and the model's best correct sample (eager calls and graph "
+             "replays each, where both were timed). A model's crossover, the size from which its best sample "
+             "stops beating the reference, is where its speedup line crosses the dashed line.",
+    "refinement": "Failed or slow samples went back to the model with the evaluator's feedback; each row counts "
+                  "every sample's latest version after that round (round 0: the first answers).",
+}
+SECTIONS = {"leaderboard": "Leaderboard", "pass-at-k": "pass@k and fast_1.0@k", "speedups": "Speedups of correct samples",
+            "failures": "Why samples fail", "problems": "Per problem", "grid": "Models x problems",
+            "samples": "Every sample", "run": "The run"}
+OPTIONAL = {"nodes": "Across nodes", "verdicts": "PKB's verdict beside pkb_ray's",
+            "refinement": "After each refinement round", "sizes": "Against message size"}
+
+
+def optional(summary) -> dict[str, object]:
+    """The optional sections this run has: key -> its table (a :class:`RunSummary`'s, as it is)."""
+    found = {"nodes": summary.across_nodes, "verdicts": summary.verdicts, "refinement": summary.rounds,
+             "sizes": summary.sizes}
+    return {key: table for key, table in found.items() if table is not None}
+
+
+def fmt(v) -> str:
+    """A cell as the pages show it: floats to 3 significant digits, NaN as a dash."""
+    if isinstance(v, float):
+        return "-" if math.isnan(v) else f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return str(v)

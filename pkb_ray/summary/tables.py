@@ -1,0 +1,172 @@
+"""The report's tables, computed from a run's final rows and its scores (for :mod:`.run` only)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+
+import pandas as pd
+
+from pkb_ray.metrics import fast_col, pass_col
+from pkb_ray.results import RESULT_KEY
+from pkb_ray.schema import Status
+
+CORRECT = Status.CORRECT.value
+
+
+def leaderboard(rows: pd.DataFrame, overall: pd.DataFrame) -> pd.DataFrame:
+    """One row per model, ranked by fast_1.0@1 then pass@1."""
+    board = pd.DataFrame({
+        "model": overall["model"],
+        "problems": [rows.loc[rows["model"] == m, "problem_id"].nunique() for m in overall["model"]],
+        "samples": overall["n"],
+        "pass@1": overall[pass_col(1)],
+        "fast_1.0@1": overall[fast_col(1.0)],
+        "fast_1.5@1": overall[fast_col(1.5)],
+        "geomean speedup": overall["geomean_speedup"],
+        "median SOL fraction": overall["median_sol_fraction"],
+    })
+    board = board.sort_values(["fast_1.0@1", "pass@1"], ascending=False, na_position="last").reset_index(drop=True)
+    board.insert(0, "rank", range(1, len(board) + 1))
+    return board
+
+
+def status_table(rows: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Samples per status (the statuses present, in the taxonomy's order) and in all, per group."""
+    counts = rows.groupby(by + ["status"]).size().unstack("status", fill_value=0)
+    counts = counts[[s.value for s in Status if s.value in counts.columns]]
+    counts["total"] = counts.sum(axis=1)
+    return counts.reset_index()
+
+
+def status_shares(rows: pd.DataFrame) -> pd.DataFrame:
+    """Each status's share of each model's samples (index: model)."""
+    counts = status_table(rows, ["model"]).set_index("model")
+    return counts.drop(columns="total").div(counts["total"], axis=0)
+
+
+def problems(rows: pd.DataFrame, per_problem: pd.DataFrame) -> pd.DataFrame:
+    """Per problem and model: pass@1, the best correct sample's speedup, fraction of speed of light
+    and times (with spread), and the anchor of its block in the page."""
+    scores = per_problem.set_index(["problem_id", "model"])
+    out = []
+    for (pid, model), g in rows.groupby(["problem_id", "model"], sort=True):
+        best = _best(g)
+        out.append({"problem": pid, "category": g["category"].iloc[0], "model": model, "samples": len(g),
+                    "pass@1": scores.loc[(pid, model), pass_col(1)],
+                    "best speedup": best["speedup"] if best is not None else math.nan,
+                    "SOL fraction of best": best["sol_fraction"] if best is not None else math.nan,
+                    "SOL": {"traced": "estimate (traced)"}.get(best.get("sol_source", ""), "")
+                    if best is not None else "",
+                    "reference us": g["ref_time_us"].median() if "ref_time_us" in g else math.nan,
+                    "best us": best["cand_time_us"] if best is not None and "cand_time_us" in best else math.nan,
+                    "best IQR us": _spread(best, "cand_iqr_us") if best is not None else math.nan,
+                    "best sample": sample_anchor(best) if best is not None else ""})
+    return pd.DataFrame(out, columns=["problem", "category", "model", "samples", "pass@1", "best speedup",
+                                      "SOL fraction of best", "SOL", "reference us", "best us", "best IQR us",
+                                      "best sample"])
+
+
+def grid_cells(rows: pd.DataFrame) -> dict[str, dict[str, tuple[str, str]]]:
+    """problem -> model -> (share correct and best correct speedup, the anchor of that best sample)."""
+    cells: dict[str, dict[str, tuple[str, str]]] = {}
+    for (pid, model), g in rows.groupby(["problem_id", "model"], sort=True):
+        rate = (g["status"] == CORRECT).mean()
+        best = _best(g)
+        text = f"{rate:.2f}" + (f" / {best['speedup']:.2f}x" if best is not None else "")
+        cells.setdefault(pid, {})[model] = (text, sample_anchor(best) if best is not None else "")
+    return cells
+
+
+def category_speedups(rows: pd.DataFrame, per_category: pd.DataFrame) -> pd.DataFrame:
+    """Per category and model with correct samples: how many, their geometric-mean speedup, and the
+    share faster than the reference."""
+    ok = rows[(rows["status"] == CORRECT) & (rows["speedup"] > 0)]
+    columns = ["category", "model", "correct", "geomean speedup", "faster than reference"]
+    if ok.empty:
+        return pd.DataFrame(columns=columns)
+    g = ok.groupby(["category", "model"])["speedup"]
+    geomean = per_category.set_index(["category", "model"])["geomean_speedup"]
+    out = pd.DataFrame({"correct": g.size(), "faster than reference": g.apply(lambda s: (s > 1).mean())})
+    out["geomean speedup"] = geomean.reindex(out.index)
+    return out.reset_index()[columns]
+
+
+def across_nodes(scored: pd.DataFrame) -> pd.DataFrame | None:
+    """Per model, problem and spread layout: the reference inside one node and across nodes, and the
+    best correct speedup over each (None when no gang spanned nodes). ``scored``: every node's rows."""
+    nodes = scored["nodes"].fillna(1).astype(int) if "nodes" in scored else pd.Series(1, index=scored.index)
+    spread, one = scored[nodes > 1], scored[nodes == 1]
+    if spread.empty:
+        return None
+    out = []
+    for (model, pid, w, n), g in spread.assign(nodes=nodes[nodes > 1]).groupby(
+            ["model", "problem_id", "world_size", "nodes"], sort=True):
+        inside = one[(one["problem_id"] == pid) & (one["world_size"] == w)]
+        ref_one, ref_spread = inside["ref_time_us"].median(), g["ref_time_us"].median()
+        out.append({
+            "model": model, "problem": pid, "layout": f"{n}x{w // n}",
+            "ref one node (us)": ref_one, "ref across nodes (us)": ref_spread,
+            "across / one node": ref_spread / ref_one if pd.notna(ref_one) and ref_one > 0 else None,
+            "best speedup, one node": inside.loc[(inside["status"] == CORRECT) & (inside["model"] == model),
+                                                 "speedup"].max(),
+            "best speedup, across nodes": g.loc[g["status"] == CORRECT, "speedup"].max(),
+        })
+    return pd.DataFrame(out)
+
+
+def verdicts(rows: pd.DataFrame) -> pd.DataFrame | None:
+    """Per model: samples judged by both rules, how many each passes, and every sample where they
+    disagree (None when no row has PKB's verdict)."""
+    if "pkb_verdict" not in rows or rows["pkb_verdict"].isna().all():
+        return None
+    both = rows[rows["pkb_verdict"].notna()]
+    pkb_ok = both["pkb_verdict"].astype(bool)
+    ours_ok = both["status"] == CORRECT
+    out = []
+    for model, g in both.groupby("model", sort=True):
+        p, o = pkb_ok[g.index], ours_ok[g.index]
+        out.append({"model": model, "sample": "(all)", "judged": len(g), "pkb_correct": int(p.sum()),
+                    "pkb_ray_correct": int(o.sum()), "status": "", "why": ""})
+        for _, r in g[p != o].sort_values(["problem_id", "sample_index"]).iterrows():
+            message = str(r["message"]).strip()
+            out.append({"model": model, "sample": f"{r['problem_id']}/{r['sample_index']}", "judged": 1,
+                        "pkb_correct": int(bool(r["pkb_verdict"])), "pkb_ray_correct": int(r["status"] == CORRECT),
+                        "status": r["status"], "why": message.splitlines()[0][:160] if message else ""})
+    return pd.DataFrame(out)
+
+
+def run_table(rows: pd.DataFrame, run_info: dict | None) -> pd.DataFrame:
+    """What the runs were: hardware, versions seen in the rows, and ``run_info`` (the W&B run, the
+    config's main keys)."""
+    out = [("hardware", ", ".join(sorted(rows["hardware"].astype(str).unique())))]
+    if "versions" in rows:
+        seen: dict[str, set] = {}
+        for versions in rows["versions"].dropna():
+            for k, v in (versions.items() if isinstance(versions, dict) else versions):
+                seen.setdefault(k, set()).add(str(v))
+        out += [(k, ", ".join(sorted(v))) for k, v in sorted(seen.items())]
+    for key, value in (run_info or {}).items():
+        out.append((key, value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)))
+    return pd.DataFrame(out, columns=["what", "value"])
+
+
+def sample_anchor(row) -> str:
+    """The HTML id of a result's block in the samples section: a digest of its whole result key
+    (sample keys hold '/' and share long prefixes, so no part of one makes a safe, unique id)."""
+    key = "\x1f".join(str(row.get(k, "")) for k in RESULT_KEY)
+    return "s-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def _best(g: pd.DataFrame):
+    """The fastest correct, timed row of a group (None without one)."""
+    ok = g[(g["status"] == CORRECT) & g["speedup"].notna()]
+    return ok.loc[ok["speedup"].idxmax()] if len(ok) else None
+
+
+def _spread(row, column: str) -> float:
+    """The largest per-rank interquartile range of a row's times (NaN without any)."""
+    values = row.get(column) if hasattr(row, "get") else None
+    values = [] if values is None else [v for v in values if v is not None and not math.isnan(v)]
+    return max(values) if values else math.nan
