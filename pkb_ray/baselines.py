@@ -38,7 +38,7 @@ from pkb_ray.placement import Layout
 from pkb_ray.problem import Problem, load_problems, sol_time_us
 from pkb_ray.schema import EvalTask, Result, Sample, Status
 from pkb_ray.selection import check_against_problems, resolve_path, with_problems_folder
-from pkb_ray.stages.evaluate import GangPool
+from pkb_ray.stages.gang_pool import GangPool
 
 log = logging.getLogger("pkb_ray.baselines")
 KEY = ("problem_id", "world_size", "nodes", "size", "dtype")

@@ -44,7 +44,7 @@ from pkb_ray.samples import read_samples
 from pkb_ray.stages.compile import build_settings  # noqa: E402
 from pkb_ray.placement import Layout  # noqa: E402
 from pkb_ray.schema import EvalTask, Result, Sample, Where  # noqa: E402
-from pkb_ray.stages.evaluate import GangPool  # noqa: E402
+from pkb_ray.stages.gang_pool import GangPool  # noqa: E402
 
 HOSTILE_ANY = ["samples/replay/all_reduce/05_hangs_on_rank1.py", "tests/samples/segfaults.py",
                "tests/samples/exits_cleanly.py"]

@@ -10,7 +10,7 @@ LAYERS = {  # 7 = the command, 6 = entry points ... 1 = pure data and rules
     7: ["cli"],
     6: ["sweep", "baselines", "entry", "cache"],
     5: ["pipeline", "refine", "report", "size_sweeps", "figures", "tracking", "summary"],
-    4: ["stages.compile", "stages.evaluate", "stages.generate", "stages.validate", "llm", "prompt", "telemetry"],
+    4: ["stages.compile", "stages.gang_pool", "stages.generate", "stages.validate", "llm", "prompt", "telemetry"],
     3: ["gang", "cluster", "spread", "harness", "references", "rounds", "rank_pool", "ranks", "problem_check"],
     2: ["runner", "runner.extensions", "runner.launch", "runner.protocol", "runner.rank", "runner.resident",
         "runner.session", "runner.clean", "runner.candidate", "runner.watch", "runner.graphs", "runner.loading",

@@ -1,4 +1,5 @@
-"""The evaluate stage: tasks (a sample and its gang layout) to gangs, results back, every gang kept busy.
+"""The gang pool, the pipeline's evaluation: tasks (a sample and its gang layout) to gangs, results back,
+every gang kept busy.
 
 :class:`TaskFeed` takes tasks from the stream through a bounded queue (the backpressure).
 :class:`GangPool` carries out with Ray what :class:`pkb_ray.scheduler.Scheduler` decides: which
