@@ -33,8 +33,8 @@ import pandas as pd
 from pkb_ray import size_sweeps
 from pkb_ray.figures import pyplot, svg
 from pkb_ray.metrics import as_scored, curves, fast_col, final_and_rounds, pass_col, summarize, timing_note
+from pkb_ray.names import Status
 from pkb_ray.results import RESULT_KEY, newest, read_results
-from pkb_ray.schema import Status
 
 STATUS_COLORS = {
     Status.INVALID_SAMPLE: "#9e9e9e", Status.COMPILE_ERROR: "#8d6e63", Status.IMPORT_ERROR: "#ffb74d",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from pkb_ray.metrics import fast_col, pass_col, summarize, timing_note
-from pkb_ray.schema import Status
+from pkb_ray.names import Status
 
 SHOWN_KS = (1, 5)
 

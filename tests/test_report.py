@@ -8,9 +8,10 @@ import pytest
 
 from conftest import REPO
 from pkb_ray.metrics import curves
+from pkb_ray.names import Status
 from pkb_ray.report import SECTIONS, read_runs, write
 from pkb_ray.results import write_results
-from pkb_ray.schema import Result, Sample, Status
+from pkb_ray.schema import Result, Sample
 
 # model -> problem -> (status, speedup) per sample
 PLAN = {
