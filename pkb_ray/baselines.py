@@ -32,13 +32,14 @@ from pkb_ray.cluster import start_ray
 from pkb_ray.config import SweepConfig
 from pkb_ray.entry import run_job
 from pkb_ray.harness import Harness
+from pkb_ray.names import Status
 from pkb_ray.paths import CONF_DIR
 from pkb_ray.pipeline import where_for
 from pkb_ray.placement import Layout
 from pkb_ray.problem import Problem, load_problems, sol_time_us
-from pkb_ray.schema import EvalTask, Result, Sample, Status
+from pkb_ray.schema import EvalTask, Result, Sample
 from pkb_ray.selection import check_against_problems, resolve_path, with_problems_folder
-from pkb_ray.stages.evaluate import GangPool
+from pkb_ray.stages.gang_pool import GangPool
 
 log = logging.getLogger("pkb_ray.baselines")
 KEY = ("problem_id", "world_size", "nodes", "size", "dtype")

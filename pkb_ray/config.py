@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pkb_ray.placement import Layout
-from pkb_ray.names import BACKENDS, Backend
+from pkb_ray.names import BACKENDS, TIMING_MODES, Backend, TimingMode
 
 # Dict-valued keys are null in conf/ so that a command-line override replaces them whole (Hydra
 # refuses to add keys to a dict that the config already holds, even an empty one).
@@ -110,10 +110,11 @@ class EvalConfig(_Strict):
     sizes: list[str | dict[str, int]] | None = Field(
         None, description="a size sweep: each sample evaluated at each of these sizes (preset names, knob values, "
                           "or 'ladder': the problem's size ladder); None: at 'size' only")
-    timing_mode: Literal["eager", "graph", "both"] = Field(
-        "eager", description="eager: each timed call issued from Python; graph: a region's k calls captured once "
-                             "into a CUDA graph and replayed (eager where a side cannot be captured, with the "
-                             "reason in graph_error); both: both, the graph's times first where it captured")
+    timing_mode: Literal[TIMING_MODES] = Field(
+        TimingMode.EAGER, description="eager: each timed call issued from Python; graph: a region's k calls "
+                                      "captured once into a CUDA graph and replayed (eager where a side cannot be "
+                                      "captured, with the reason in graph_error); both: both, the graph's times "
+                                      "first where it captured")
     dtype: str | None = Field(None, description="None: each problem's first dtype")
     seed: int = Field(0, ge=0)
     isolation: Literal["sandbox", "none"] = Field(

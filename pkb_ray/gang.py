@@ -32,10 +32,11 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from pkb_ray.cluster import NOSET_CUDA
 from pkb_ray.config import SweepConfig
 from pkb_ray.harness import Harness
+from pkb_ray.names import Status
 from pkb_ray.placement import Layout
 from pkb_ray.problem import load_problems
 from pkb_ray.ranks import MULTICAST_OFF
-from pkb_ray.schema import Result, Sample, Status, Where
+from pkb_ray.schema import Result, Sample, Where
 from pkb_ray.selection import private_paths
 from pkb_ray.spread import RankHost, SpreadLauncher
 

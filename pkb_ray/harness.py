@@ -33,15 +33,15 @@ from pkb_ray.config import EvalConfig, HardwareConfig
 from pkb_ray.deadlines import MARGIN_S, Deadline
 from pkb_ray.interference import RefTimes, slowed
 from pkb_ray.cuda import DEFAULT_ARCH, ENV_ARCH, ENV_CACHE, ENV_TIMEOUT
-from pkb_ray.names import EvalPhase, Side, TimingMode
+from pkb_ray.names import EvalPhase, Side, Status, TimingMode
 from pkb_ray.problem import Problem, Tolerance, Traffic, sol_time_us
 from pkb_ray.rank_pool import CleanRanks, RankPool
-from pkb_ray.ranks import Isolation, Ranks, RankSet, StepOutcome
+from pkb_ray.ranks import RankIsolation, Ranks, RankSet, StepOutcome
 from pkb_ray.reference_store import default_key_file
 from pkb_ray.references import ReferenceChanged, ReferenceFailed, References, base_seeds, trial_seeds
 from pkb_ray.rounds import CleanSetFailed, RoundDriver, Timing
 from pkb_ray.runner.extensions import arch_list
-from pkb_ray.schema import Result, Sample, Status, TrialRecord, Where
+from pkb_ray.schema import Result, Sample, TrialRecord, Where
 from pkb_ray.timing import median_iqr, sample_time, speedup
 from pkb_ray.verdict import Evidence, StepView, Verdict, forged_time, interfered, judge
 from pkb_ray.wire import Case, ChecksReport, Failure, RunTrials
@@ -132,11 +132,11 @@ class Harness:
         needed = tuple(sorted({str(p.path.parent) for p in problems.values()}
                               | {str(r) for p in problems.values() for r in getattr(p.module, "READABLE", ())}))
         self._isolation = {
-            "candidate": Isolation(self.isolation, hide=(*hidden, str(key_dir), str(cache_dir), str(self.work_dir)),
+            "candidate": RankIsolation(self.isolation, hide=(*hidden, str(key_dir), str(cache_dir), str(self.work_dir)),
                                    readable=(str(cache_dir / "cuda"), str(cache_dir / "torch_ext"), *needed),
                                    gpu=gpu),
             # the clean set reads what candidates saved (their job folders) and writes references
-            "clean": Isolation(self.isolation, hide=tuple(hidden), readable=(str(self.work_dir), *needed),
+            "clean": RankIsolation(self.isolation, hide=tuple(hidden), readable=(str(self.work_dir), *needed),
                                writable=(str(cache_dir / "references"),), gpu=gpu),
         }
         self.pool = RankPool(self._spawn, self.work_dir, eval_cfg.prewarm, eval_cfg.quiet_timing,

@@ -40,7 +40,7 @@ from typing import Iterable, Sequence
 
 import pandas as pd
 
-from pkb_ray.schema import Status
+from pkb_ray.names import Status
 
 FAST_P_THRESHOLDS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)  # KernelBench's fast_p, p = 0 is "correct"
 PROBLEM_KEY = ("model", "problem_id")  # the unit pass@k is estimated on

@@ -60,6 +60,9 @@ class TimingMode:
     BOTH = "both"  # both, one after the other
 
 
+TIMING_MODES = (TimingMode.EAGER, TimingMode.GRAPH, TimingMode.BOTH)
+
+
 class EvalPhase:
     """Where a sample's evaluation time goes: the keys of ``Result.phase_seconds``."""
 

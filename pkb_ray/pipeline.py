@@ -9,8 +9,8 @@ Follow one sample row:
 2. :class:`BuildCuda` (CPU-only actors) builds the CUDA sources of each task, which may turn it
    into a ``compile_error`` result.
 3. :class:`PipelineRun` takes the items as they come: settled results go to the sink; tasks go
-   to the gang pool (:class:`~pkb_ray.stages.evaluate.GangPool`) through a bounded
-   :class:`~pkb_ray.stages.evaluate.TaskFeed`, except copies of a source already taken
+   to the gang pool (:class:`~pkb_ray.stages.gang_pool.GangPool`) through a bounded
+   :class:`~pkb_ray.stages.gang_pool.TaskFeed`, except copies of a source already taken
    (:class:`Duplicates`), which get its verdict.
 4. Each verdict, and its copies, go to the :class:`~pkb_ray.results.ResultSink`, on disk within
    about a second, so a run that dies keeps what it finished and a resumed run skips it.
@@ -44,7 +44,7 @@ from pkb_ray.schema import EvalTask, Result, Sample, Where
 from pkb_ray.selection import private_paths
 from pkb_ray.stages.compile import (BuildSettings, apply_build, build_inline, build_settings, build_sources,
                                     compile_sample, needs_build, uses_cuda)
-from pkb_ray.stages.evaluate import GangPool, TaskFeed
+from pkb_ray.stages.gang_pool import GangPool, TaskFeed
 from pkb_ray.stages.validate import validate
 from pkb_ray.telemetry import RunMetrics
 

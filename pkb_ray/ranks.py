@@ -122,7 +122,7 @@ def wait_for(step: str, ranks: list[int], collect, phases, deadline: float, sinc
 
 
 @dataclass(frozen=True)
-class Isolation:
+class RankIsolation:
     """How a rank set is isolated: the probed level (see :func:`pkb_ray.sandbox.probe`), the folders
     its ranks may read besides the system allowlist (:mod:`pkb_ray.allowlist`), those they may
     write, the paths masked should a shown folder hold them, and the limits. Plain data, so that a
@@ -185,7 +185,7 @@ class RankSet:
         world_size: int | None = None,
         store_addr: str | None = None,
         prefix: str | None = None,
-        isolation: Isolation = Isolation(),
+        isolation: RankIsolation = RankIsolation(),
         role: str = "candidate",
     ):
         """``role``: ``clean`` for a set that never imports a candidate (the reference, the checks)."""

@@ -45,7 +45,7 @@ class GangPhase(str, Enum):
 
 
 @dataclass
-class Gang:
+class GangState:
     """The scheduler's view of one gang."""
 
     name: str
@@ -97,7 +97,7 @@ class Scheduler:
     """Decides which gangs exist and what each does; see the module's docstring."""
 
     cluster: Mapping[str, int]  # node -> GPUs
-    gangs: dict[str, Gang] = field(default_factory=dict)
+    gangs: dict[str, GangState] = field(default_factory=dict)
     queues: dict[Layout, deque] = field(default_factory=dict)
     feed_done: bool = False
     stats: Counter = field(default_factory=Counter)  # started, restarted, stopped, peak_gangs, peak_gpus
@@ -153,7 +153,7 @@ class Scheduler:
         """No more samples can come, none is queued, none is being evaluated."""
         return self.feed_done and not any(self.queues.values()) and not self.in_phase(GangPhase.BUSY)
 
-    def in_phase(self, phase: GangPhase) -> list[Gang]:
+    def in_phase(self, phase: GangPhase) -> list[GangState]:
         return [g for g in self.gangs.values() if g.phase == phase]
 
     def queued(self) -> dict[str, int]:
@@ -209,7 +209,7 @@ class Scheduler:
         queued = {lay: len(q) for lay, q in self.queues.items()}
         out: list[Action] = []
         for layout, _ in plan_gangs(self.free_gpus(), queued, running):
-            gang = Gang(self._name(layout), layout)
+            gang = GangState(self._name(layout), layout)
             self.gangs[gang.name] = gang
             out.append(Reserve(gang.name, layout))
         self.stats["peak_gangs"] = max(self.stats["peak_gangs"], len(self.gangs))

@@ -65,13 +65,15 @@ def run(cfg: SweepConfig, out_dir: Path, sweep_group: str | None = None, job: st
     tracker = Tracker(cfg.wandb, cfg.model_dump(mode="json"), out_dir, name=run_name(cfg, job), group=sweep_group,
                       job_type=job)
     try:
-        df = _evaluate(cfg, rows, problems, chosen, results_dir, problems_dir, generated_dir, out_dir, tracker)
+        df = _evaluate_and_report(cfg, rows, problems, chosen, results_dir, problems_dir, generated_dir, out_dir,
+                                  tracker)
     finally:
         tracker.close()
     return df
 
 
-def _evaluate(cfg, rows, problems, chosen, results_dir, problems_dir, generated_dir, out_dir, tracker) -> pd.DataFrame:
+def _evaluate_and_report(cfg, rows, problems, chosen, results_dir, problems_dir, generated_dir, out_dir,
+                         tracker) -> pd.DataFrame:
     """Pipeline (and refinement rounds), then the summary, the report and W&B, for :func:`run`."""
     started = time.monotonic()
 

@@ -34,8 +34,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pkb_ray.names import Side, TimingMode
-from pkb_ray.schema import Status
+from pkb_ray.names import Side, Status, TimingMode
 from pkb_ray.wire import Answer, ChecksReport, Failure, Pick, RegionReport, TrialsReport
 
 REPORTED_STATUSES = {Status.IMPORT_ERROR.value, Status.RUNTIME_ERROR.value}

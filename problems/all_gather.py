@@ -9,10 +9,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed all_gather_into_tensor to all_gather_single (the old name warns); older
-# releases have only the old name. Same collective either way (NCCL ncclAllGather, gloo allgather).
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+from pkb_ray.problem_helpers import all_gather_single
 
 META = dict(
     id="all_gather",
@@ -36,7 +33,7 @@ def make_inputs(ctx: InputContext):
 
 def solution(x: torch.Tensor) -> torch.Tensor:
     out = x.new_empty(dist.get_world_size() * x.numel())
-    _all_gather_single(out, x)
+    all_gather_single(out, x)
     return out
 
 

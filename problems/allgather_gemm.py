@@ -16,9 +16,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed all_gather_into_tensor to all_gather_single (the old name warns).
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+from pkb_ray.problem_helpers import all_gather_single
 
 META = dict(
     id="allgather_gemm",
@@ -52,7 +50,7 @@ def make_inputs(ctx: InputContext):
 
 def solution(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     full = x.new_empty(dist.get_world_size() * x.shape[0], x.shape[1])
-    _all_gather_single(full, x)
+    all_gather_single(full, x)
     return full @ w
 
 

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_ray.problem import InputContext, Traffic
+from pkb_ray.problem_helpers import expected_param_numel, param_shapes
 
 META = dict(
     id="amp_found_inf_unscale",
@@ -37,28 +38,13 @@ META = dict(
 )
 
 
-def _shapes(size: dict, g: torch.Generator) -> list[tuple[int, ...]]:
-    lo, hi = size["dim"] // 2, size["dim"]
-    shapes = []
-    for _ in range(size["n_params"]):
-        rows, cols = torch.randint(lo, hi + 1, (2,), generator=g).tolist()
-        matrix = int(torch.randint(0, 4, (1,), generator=g)) > 0
-        shapes.append((rows, cols) if matrix else (rows,))
-    return shapes
-
-
-def _expected_numel(size: dict) -> float:
-    side = (size["dim"] // 2 + size["dim"]) / 2
-    return size["n_params"] * (0.75 * side * side + 0.25 * side)
-
-
 def make_inputs(ctx: InputContext):
     g = ctx.shared_generator()
     # Half the seeds overflow: then one rank for sure, and each other rank with probability 1/2, holds infs.
     overflow = bool(torch.randint(0, 2, (1,), generator=g))
     bad_ranks = torch.rand(ctx.world_size, generator=g) < 0.5
     bad_ranks[int(torch.randint(0, ctx.world_size, (1,), generator=g))] = True
-    shapes = _shapes(ctx.size, g)
+    shapes = param_shapes(ctx.size, g)
     scale_value = 2.0 ** int(torch.randint(8, 25, (1,), generator=g))
     grads = [ctx.randn(*s) * scale_value for s in shapes]
     if overflow and bool(bad_ranks[ctx.rank]):
@@ -83,7 +69,7 @@ def solution(scale: torch.Tensor, *grads: torch.Tensor):
 
 
 def speed_of_light(size, world_size, dtype) -> Traffic:
-    n, b = _expected_numel(size), dtype.itemsize
+    n, b = expected_param_numel(size), dtype.itemsize
     # Expected over the shapes. Interconnect: the all-reduce of one fp32 flag (latency-bound). Memory: read every
     # gradient for the check, read it again and write the result. Flops: a square-add per element for the check,
     # a multiply per element.

@@ -14,9 +14,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed all_gather_into_tensor to all_gather_single (the old name warns).
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+from pkb_ray.problem_helpers import all_gather_single
 
 META = dict(
     id="column_parallel_linear_gather",
@@ -53,7 +51,7 @@ def solution(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     world = dist.get_world_size()
     y = torch.addmm(b, x, w)
     gathered = y.new_empty(world * y.shape[0], y.shape[1])
-    _all_gather_single(gathered, y)
+    all_gather_single(gathered, y)
     # (W * tokens, n) rank-major -> (tokens, W * n): shard j becomes column block j
     return gathered.view(world, y.shape[0], y.shape[1]).permute(1, 0, 2).reshape(y.shape[0], world * y.shape[1])
 

@@ -19,9 +19,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed all_gather_into_tensor to all_gather_single (the old name warns).
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+from pkb_ray.problem_helpers import all_gather_single
 
 META = dict(
     id="context_parallel_decode",
@@ -79,7 +77,7 @@ def solution(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     # one all-gather of every rank's partial output and log-sum-exp, packed as (b, heads, dim + 1) float32
     part = torch.cat((out.reshape(b, heads, dim).float(), lse.reshape(b, heads, 1).float()), dim=-1)
     parts = part.new_empty(w * b, heads, dim + 1)  # gloo wants the ranks' blocks stacked along dim 0
-    _all_gather_single(parts, part)
+    all_gather_single(parts, part)
     parts = parts.view(w, b, heads, dim + 1)
     lses = parts[..., dim]  # (W, b, heads)
     weights = torch.softmax(lses, dim=0).unsqueeze(-1)  # exp(lse_r - logsumexp_r lse_r)

@@ -19,9 +19,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed all_gather_into_tensor to all_gather_single (the old name warns).
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+from pkb_ray.problem_helpers import all_gather_single
 
 LOGIT_SCALE = 1 / 0.07  # CLIP's initial temperature
 
@@ -57,7 +55,7 @@ def solution(img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
     b, dim = img.shape
     local = torch.cat([F.normalize(img.float(), dim=1), F.normalize(txt.float(), dim=1)]).to(img.dtype)
     gathered = local.new_empty(world * 2 * b, dim)  # one collective for both: [img_r; txt_r] per rank
-    _all_gather_single(gathered, local)
+    all_gather_single(gathered, local)
     both = gathered.view(world, 2, b, dim)
     labels = torch.arange(rank * b, (rank + 1) * b, device=img.device)
     img_to_txt = (local[:b] @ both[:, 1].reshape(world * b, dim).T).float() * LOGIT_SCALE

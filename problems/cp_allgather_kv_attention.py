@@ -20,9 +20,7 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed all_gather_into_tensor to all_gather_single (the old name warns).
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+from pkb_ray.problem_helpers import all_gather_single
 
 META = dict(
     id="cp_allgather_kv_attention",
@@ -65,7 +63,7 @@ def solution(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     # one all-gather of K and V interleaved per token: gathered[j] is rank j's (2 * chunk, 2, heads, dim)
     kv = torch.stack((k, v), dim=1)
     gathered = kv.new_empty(w * tokens, 2, heads, dim)
-    _all_gather_single(gathered, kv)
+    all_gather_single(gathered, kv)
     # global chunk m sits in slot 0 of rank m (m < W) or slot 1 of rank 2W-1-m; only the chunks before and
     # including our later chunk 2W-1-r are ever looked at
     last = 2 * w - 1 - rank

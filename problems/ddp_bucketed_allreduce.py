@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_ray.problem import InputContext, Traffic
+from pkb_ray.problem_helpers import expected_param_numel, param_shapes
 
 META = dict(
     id="ddp_bucketed_allreduce",
@@ -37,23 +38,8 @@ META = dict(
 )
 
 
-def _shapes(size: dict, g: torch.Generator) -> list[tuple[int, ...]]:
-    lo, hi = size["dim"] // 2, size["dim"]
-    shapes = []
-    for _ in range(size["n_params"]):
-        rows, cols = torch.randint(lo, hi + 1, (2,), generator=g).tolist()
-        matrix = int(torch.randint(0, 4, (1,), generator=g)) > 0
-        shapes.append((rows, cols) if matrix else (rows,))
-    return shapes
-
-
-def _expected_numel(size: dict) -> float:
-    side = (size["dim"] // 2 + size["dim"]) / 2
-    return size["n_params"] * (0.75 * side * side + 0.25 * side)
-
-
 def make_inputs(ctx: InputContext):
-    shapes = _shapes(ctx.size, ctx.shared_generator())
+    shapes = param_shapes(ctx.size, ctx.shared_generator())
     return (ctx.size["bucket_numel"], *[ctx.randn(*s) for s in shapes])
 
 
@@ -84,12 +70,12 @@ def solution(bucket_numel: int, *grads: torch.Tensor) -> list[torch.Tensor]:
 
 
 def speed_of_light(size, world_size, dtype) -> Traffic:
-    nbytes = _expected_numel(size) * dtype.itemsize
+    nbytes = expected_param_numel(size) * dtype.itemsize
     # Expected over the shapes: a ring all-reduce of every gradient element (2 (W-1)/W of the bytes each way);
     # about one add or divide per element; read every gradient once and write every output once.
     return Traffic(
         interconnect_bytes=2 * (world_size - 1) / world_size * nbytes,
-        flops=_expected_numel(size),
+        flops=expected_param_numel(size),
         hbm_bytes=2 * nbytes,
     )
 

@@ -21,9 +21,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed all_gather_into_tensor to all_gather_single (the old name warns).
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+from pkb_ray.problem_helpers import all_gather_single
 
 META = dict(
     id="distributed_knn",
@@ -71,7 +69,7 @@ def solution(db: torch.Tensor, queries: torch.Tensor, k: int):
     key = dist2.long() * total + torch.arange(rank * n, (rank + 1) * n, device=db.device)
     best = key.topk(k, dim=1, largest=False).values
     gathered = best.new_empty(world * best.shape[0], k)
-    _all_gather_single(gathered, best)
+    all_gather_single(gathered, best)
     merged = gathered.view(world, -1, k).permute(1, 0, 2).reshape(-1, world * k)
     top = merged.topk(k, dim=1, largest=False).values
     return (top // total).to(db.dtype), top % total

@@ -18,9 +18,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed all_gather_into_tensor to all_gather_single (the old name warns).
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+from pkb_ray.problem_helpers import all_gather_single
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 
@@ -58,7 +56,7 @@ def solution(shard: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> to
     # The fp8 payload travels as uint8 (gloo refuses float8; NCCL moves bytes either way).
     full = shard.new_empty(world * rows, cols)
     scales = scale.new_empty(world)
-    works = [_all_gather_single(full, shard, async_op=True), _all_gather_single(scales, scale, async_op=True)]
+    works = [all_gather_single(full, shard, async_op=True), all_gather_single(scales, scale, async_op=True)]
     for work in works:
         work.wait()
     values = full.view(torch.float8_e4m3fn).view(world, rows, cols).float()

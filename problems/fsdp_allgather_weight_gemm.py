@@ -17,9 +17,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed all_gather_into_tensor to all_gather_single (the old name warns).
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+from pkb_ray.problem_helpers import all_gather_single
 
 META = dict(
     id="fsdp_allgather_weight_gemm",
@@ -50,7 +48,7 @@ def make_inputs(ctx: InputContext):
 
 def solution(x: torch.Tensor, w_shard: torch.Tensor) -> torch.Tensor:
     w_full = w_shard.new_empty(dist.get_world_size() * w_shard.shape[0], w_shard.shape[1])
-    _all_gather_single(w_full, w_shard)
+    all_gather_single(w_full, w_shard)
     return F.linear(x, w_full)
 
 

@@ -16,9 +16,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed reduce_scatter_tensor to reduce_scatter_single (the old name warns).
-_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+from pkb_ray.problem_helpers import expected_param_numel, param_shapes, reduce_scatter_single
 
 META = dict(
     id="fsdp_grad_reduce_scatter",
@@ -39,23 +37,8 @@ META = dict(
 )
 
 
-def _shapes(size: dict, g: torch.Generator) -> list[tuple[int, ...]]:
-    lo, hi = size["dim"] // 2, size["dim"]
-    shapes = []
-    for _ in range(size["n_params"]):
-        rows, cols = torch.randint(lo, hi + 1, (2,), generator=g).tolist()
-        matrix = int(torch.randint(0, 4, (1,), generator=g)) > 0
-        shapes.append((rows, cols) if matrix else (rows,))
-    return shapes
-
-
-def _expected_numel(size: dict) -> float:
-    side = (size["dim"] // 2 + size["dim"]) / 2
-    return size["n_params"] * (0.75 * side * side + 0.25 * side)
-
-
 def make_inputs(ctx: InputContext):
-    return tuple(ctx.randn(*s) for s in _shapes(ctx.size, ctx.shared_generator()))
+    return tuple(ctx.randn(*s) for s in param_shapes(ctx.size, ctx.shared_generator()))
 
 
 def solution(*grads: torch.Tensor) -> torch.Tensor:
@@ -65,15 +48,15 @@ def solution(*grads: torch.Tensor) -> torch.Tensor:
     flat = torch.cat([g.reshape(-1) for g in grads] + [grads[0].new_zeros(world * shard - n)])
     out = flat.new_empty(shard)
     if dist.get_backend() == "gloo":  # gloo lacks ReduceOp.AVG in some releases: SUM, then divide
-        _reduce_scatter_single(out, flat, op=dist.ReduceOp.SUM)
+        reduce_scatter_single(out, flat, op=dist.ReduceOp.SUM)
         out.div_(world)
     else:
-        _reduce_scatter_single(out, flat, op=dist.ReduceOp.AVG)
+        reduce_scatter_single(out, flat, op=dist.ReduceOp.AVG)
     return out
 
 
 def speed_of_light(size, world_size, dtype) -> Traffic:
-    n, b = _expected_numel(size), dtype.itemsize
+    n, b = expected_param_numel(size), dtype.itemsize
     # Expected over the shapes: a ring reduce-scatter sends (and receives) (W-1)/W of the flat bytes and adds
     # W-1 partial shards; read every gradient once, write the own shard.
     return Traffic(

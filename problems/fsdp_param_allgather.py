@@ -19,9 +19,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed all_gather_into_tensor to all_gather_single (the old name warns).
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+from pkb_ray.problem_helpers import all_gather_single, expected_param_numel, param_shapes
 
 META = dict(
     id="fsdp_param_allgather",
@@ -42,23 +40,8 @@ META = dict(
 )
 
 
-def _shapes(size: dict, g: torch.Generator) -> list[tuple[int, ...]]:
-    lo, hi = size["dim"] // 2, size["dim"]
-    shapes = []
-    for _ in range(size["n_params"]):
-        rows, cols = torch.randint(lo, hi + 1, (2,), generator=g).tolist()
-        matrix = int(torch.randint(0, 4, (1,), generator=g)) > 0
-        shapes.append((rows, cols) if matrix else (rows,))
-    return shapes
-
-
-def _expected_numel(size: dict) -> float:
-    side = (size["dim"] // 2 + size["dim"]) / 2
-    return size["n_params"] * (0.75 * side * side + 0.25 * side)
-
-
 def make_inputs(ctx: InputContext):
-    shapes = _shapes(ctx.size, ctx.shared_generator())
+    shapes = param_shapes(ctx.size, ctx.shared_generator())
     n = sum(math.prod(s) for s in shapes)
     shard = -(-n // ctx.world_size)
     real = max(0, min(shard, n - ctx.rank * shard))  # elements of this shard inside the flat parameter
@@ -68,13 +51,13 @@ def make_inputs(ctx: InputContext):
 
 def solution(shard: torch.Tensor, shapes: list[tuple[int, ...]]) -> list[torch.Tensor]:
     full = shard.new_empty(dist.get_world_size() * shard.numel())
-    _all_gather_single(full, shard)
+    all_gather_single(full, shard)
     numels = [math.prod(s) for s in shapes]
     return [t.view(s) for t, s in zip(full[:sum(numels)].split(numels), shapes)]
 
 
 def speed_of_light(size, world_size, dtype) -> Traffic:
-    shard = _expected_numel(size) / world_size * dtype.itemsize
+    shard = expected_param_numel(size) / world_size * dtype.itemsize
     # Expected over the shapes: receive the W-1 other shards; read the own shard, write the full parameter.
     return Traffic(
         interconnect_bytes=(world_size - 1) * shard,

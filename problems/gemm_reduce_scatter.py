@@ -17,9 +17,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed reduce_scatter_tensor to reduce_scatter_single (the old name warns); gloo emulates it.
-_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+from pkb_ray.problem_helpers import reduce_scatter_single
 
 META = dict(
     id="gemm_reduce_scatter",
@@ -53,7 +51,7 @@ def make_inputs(ctx: InputContext):
 def solution(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     partial = x @ w
     out = partial.new_empty(partial.shape[0] // dist.get_world_size(), partial.shape[1])
-    _reduce_scatter_single(out, partial, op=dist.ReduceOp.SUM)
+    reduce_scatter_single(out, partial, op=dist.ReduceOp.SUM)
     return out
 
 

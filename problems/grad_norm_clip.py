@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_ray.problem import InputContext, Traffic
+from pkb_ray.problem_helpers import expected_param_numel, param_shapes
 
 META = dict(
     id="grad_norm_clip",
@@ -41,24 +42,9 @@ META = dict(
 )
 
 
-def _shapes(size: dict, g: torch.Generator) -> list[tuple[int, ...]]:
-    lo, hi = size["dim"] // 2, size["dim"]
-    shapes = []
-    for _ in range(size["n_params"]):
-        rows, cols = torch.randint(lo, hi + 1, (2,), generator=g).tolist()
-        matrix = int(torch.randint(0, 4, (1,), generator=g)) > 0
-        shapes.append((rows, cols) if matrix else (rows,))
-    return shapes
-
-
-def _expected_numel(size: dict) -> float:
-    side = (size["dim"] // 2 + size["dim"]) / 2
-    return size["n_params"] * (0.75 * side * side + 0.25 * side)
-
-
 def make_inputs(ctx: InputContext):
     g = ctx.shared_generator()
-    shapes = _shapes(ctx.size, g)
+    shapes = param_shapes(ctx.size, g)
     sharded = (torch.randint(0, 3, (len(shapes),), generator=g) > 0).tolist()
     if len(set(sharded)) == 1:  # always exercise both kinds
         i = int(torch.randint(0, len(shapes), (1,), generator=g))
@@ -88,7 +74,7 @@ def solution(max_norm: float, tp_sharded: list[bool], *grads: torch.Tensor):
 
 
 def speed_of_light(size, world_size, dtype) -> Traffic:
-    n, b = _expected_numel(size), dtype.itemsize
+    n, b = expected_param_numel(size), dtype.itemsize
     # Expected over the shapes. Interconnect: the all-reduce of one fp32 sum of squares (latency-bound).
     # Memory: read every gradient for the norm, read it again and write the clipped copy. Flops: a square-add
     # per element, a multiply per element.

@@ -20,9 +20,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed all_gather_into_tensor to all_gather_single (the old name warns).
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+from pkb_ray.problem_helpers import all_gather_single
 
 _TP = 2
 
@@ -78,7 +76,7 @@ def solution(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     # one all-gather of K and V interleaved per token: rows of rank cp_idx land at cp_idx * seq
     kv = torch.stack((k, v), dim=1)
     gathered = kv.new_empty(cp * seq, 2, heads, dim)
-    _all_gather_single(gathered, kv, group=group)
+    all_gather_single(gathered, kv, group=group)
     o = F.scaled_dot_product_attention(_heads_first(q), _heads_first(gathered[:, 0]), _heads_first(gathered[:, 1]))
     return o[0].transpose(0, 1).contiguous()
 

@@ -22,9 +22,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed all_gather_into_tensor to all_gather_single (the old name warns).
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+from pkb_ray.problem_helpers import all_gather_single
 
 META = dict(
     id="int8_grad_allreduce",
@@ -61,8 +59,8 @@ def solution(grad: torch.Tensor, block: int) -> torch.Tensor:
     q = torch.where(scale > 0, x / scale, 0).round_().clamp_(-127, 127).to(torch.int8)
     all_q = q.new_empty(world * blocks * block)
     all_scale = scale.new_empty(world * blocks)
-    works = [_all_gather_single(all_q, q.view(-1), async_op=True),
-             _all_gather_single(all_scale, scale.view(-1), async_op=True)]
+    works = [all_gather_single(all_q, q.view(-1), async_op=True),
+             all_gather_single(all_scale, scale.view(-1), async_op=True)]
     for work in works:
         work.wait()
     total = (all_q.view(world, blocks, block).float() * all_scale.view(world, blocks, 1)).sum(dim=0)

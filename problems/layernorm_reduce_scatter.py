@@ -22,9 +22,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed reduce_scatter_tensor to reduce_scatter_single (the old name warns).
-_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+from pkb_ray.problem_helpers import reduce_scatter_single
 
 EPS = 1e-5
 
@@ -60,7 +58,7 @@ def make_inputs(ctx: InputContext):
 
 def solution(partial: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
     new_residual = torch.empty_like(residual)
-    _reduce_scatter_single(new_residual, partial, op=dist.ReduceOp.SUM)
+    reduce_scatter_single(new_residual, partial, op=dist.ReduceOp.SUM)
     new_residual += residual
     normed = F.layer_norm(new_residual, (new_residual.shape[-1],), weight, bias, EPS)
     return normed, new_residual

@@ -23,9 +23,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed all_gather_into_tensor to all_gather_single (the old name warns).
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+from pkb_ray.problem_helpers import all_gather_single
 
 DAMPING = 0.85
 
@@ -69,7 +67,7 @@ def solution(crow_indices: torch.Tensor, col_indices: torch.Tensor, values: torc
     world = dist.get_world_size()
     n = x.numel()
     x_global = x.new_empty(world * n)
-    _all_gather_single(x_global, x)
+    all_gather_single(x_global, x)
     a = torch.sparse_csr_tensor(crow_indices, col_indices, values, size=(n, world * n), check_invariants=False)
     return torch.mv(a, x_global).mul_(DAMPING).add_((1 - DAMPING) / (world * n))
 

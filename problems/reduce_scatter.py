@@ -9,11 +9,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed reduce_scatter_tensor to reduce_scatter_single (the old name warns); older
-# releases have only the old name. Same collective either way (NCCL ncclReduceScatter; gloo
-# emulates it with an all-reduce, which is correct but moves twice the data).
-_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+from pkb_ray.problem_helpers import reduce_scatter_single
 
 META = dict(
     id="reduce_scatter",
@@ -37,7 +33,7 @@ def make_inputs(ctx: InputContext):
 
 def solution(x: torch.Tensor) -> torch.Tensor:
     out = x.new_empty(x.numel() // dist.get_world_size())
-    _reduce_scatter_single(out, x, op=dist.ReduceOp.SUM)
+    reduce_scatter_single(out, x, op=dist.ReduceOp.SUM)
     return out
 
 

@@ -23,9 +23,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed all_gather_into_tensor to all_gather_single (the old name warns).
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+from pkb_ray.problem_helpers import all_gather_single
 
 BASE = 10000.0
 
@@ -74,9 +72,9 @@ def solution(q: torch.Tensor, k: torch.Tensor):
     s, w = q.shape[0], dist.get_world_size()
     cos, sin = _cos_sin(dist.get_rank() * s, s, q.shape[-1], q.device)
     q_full = q.new_empty(w * s, *q.shape[1:])
-    work = _all_gather_single(q_full, _rope(q, cos, sin), async_op=True)  # gather q while k is rotated
+    work = all_gather_single(q_full, _rope(q, cos, sin), async_op=True)  # gather q while k is rotated
     k_full = k.new_empty(w * s, *k.shape[1:])
-    _all_gather_single(k_full, _rope(k, cos, sin))
+    all_gather_single(k_full, _rope(k, cos, sin))
     work.wait()
     return q_full, k_full
 

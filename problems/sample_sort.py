@@ -18,9 +18,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed all_gather_into_tensor to all_gather_single (the old name warns).
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+from pkb_ray.problem_helpers import all_gather_single
 
 META = dict(
     id="sample_sort",
@@ -57,7 +55,7 @@ def solution(keys: torch.Tensor) -> torch.Tensor:
     local = torch.sort(keys).values
     positions = (2 * torch.arange(world, device=keys.device) + 1) * n // (2 * world)
     samples = keys.new_empty(world * world)
-    _all_gather_single(samples, local[positions].contiguous())
+    all_gather_single(samples, local[positions].contiguous())
     splitters = torch.sort(samples).values[world::world].contiguous()  # W-1 values
     # bucket b starts at the first key >= splitter b-1
     bounds = torch.searchsorted(local, splitters)

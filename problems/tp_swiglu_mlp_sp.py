@@ -20,10 +20,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed these (the old names warn); gloo emulates the reduce-scatter.
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+from pkb_ray.problem_helpers import all_gather_single, reduce_scatter_single
 
 META = dict(
     id="tp_swiglu_mlp_sp",
@@ -59,11 +56,11 @@ def make_inputs(ctx: InputContext):
 def solution(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
     world = dist.get_world_size()
     full = x.new_empty(world * x.shape[0], x.shape[1])
-    _all_gather_single(full, x)
+    all_gather_single(full, x)
     gate, up = (full @ w_gate_up).chunk(2, dim=-1)
     partial = (F.silu(gate) * up) @ w_down
     out = partial.new_empty(x.shape[0], partial.shape[1])
-    _reduce_scatter_single(out, partial, op=dist.ReduceOp.SUM)
+    reduce_scatter_single(out, partial, op=dist.ReduceOp.SUM)
     return out
 
 

@@ -17,9 +17,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed all_gather_into_tensor to all_gather_single (the old name warns).
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+from pkb_ray.problem_helpers import all_gather_single
 
 META = dict(
     id="vocab_parallel_argmax",
@@ -59,7 +57,7 @@ def solution(logits: torch.Tensor) -> torch.Tensor:
     # (value, global id) in float64: exact for any float logit and any vocabulary id below 2**53
     packed = torch.stack((values.double(), (idx + dist.get_rank() * vocab_per_rank).double()), dim=-1)
     gathered = packed.new_empty(dist.get_world_size() * b, 2)
-    _all_gather_single(gathered, packed)
+    all_gather_single(gathered, packed)
     gathered = gathered.view(-1, b, 2)
     best = gathered[..., 0].argmax(dim=0, keepdim=True)  # the lowest rank among equal maxima: lower ids
     return gathered[..., 1].gather(0, best).squeeze(0).long()

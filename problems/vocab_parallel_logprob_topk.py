@@ -20,9 +20,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed all_gather_into_tensor to all_gather_single (the old name warns).
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+from pkb_ray.problem_helpers import all_gather_single
 
 META = dict(
     id="vocab_parallel_logprob_topk",
@@ -76,7 +74,7 @@ def solution(logits: torch.Tensor, k: int):
     ids = (idx + rank * vocab_per_rank).float()  # exact: vocabularies are far below 2**24
     packed = torch.cat((vals, ids, row_max, sum_exp), dim=1)
     gathered = packed.new_empty(w * t, packed.shape[1])
-    _all_gather_single(gathered, packed)
+    all_gather_single(gathered, packed)
     gathered = gathered.view(w, t, -1)
 
     cand_vals = gathered[..., :k].transpose(0, 1).reshape(t, w * k)

@@ -23,9 +23,7 @@ import torch.distributed as dist
 from torch.optim.adamw import adamw
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed all_gather_into_tensor to all_gather_single (the old name warns).
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+from pkb_ray.problem_helpers import all_gather_single, expected_param_numel, param_shapes
 
 LR, BETA1, BETA2, EPS, WEIGHT_DECAY = 1e-3, 0.9, 0.999, 1e-8, 0.1
 
@@ -48,24 +46,9 @@ META = dict(
 )
 
 
-def _shapes(size: dict, g: torch.Generator) -> list[tuple[int, ...]]:
-    lo, hi = size["dim"] // 2, size["dim"]
-    shapes = []
-    for _ in range(size["n_params"]):
-        rows, cols = torch.randint(lo, hi + 1, (2,), generator=g).tolist()
-        matrix = int(torch.randint(0, 4, (1,), generator=g)) > 0
-        shapes.append((rows, cols) if matrix else (rows,))
-    return shapes
-
-
-def _expected_numel(size: dict) -> float:
-    side = (size["dim"] // 2 + size["dim"]) / 2
-    return size["n_params"] * (0.75 * side * side + 0.25 * side)
-
-
 def make_inputs(ctx: InputContext):
     g = ctx.shared_generator()
-    shapes = _shapes(ctx.size, g)
+    shapes = param_shapes(ctx.size, g)
     step = int(torch.randint(1, 51, (1,), generator=g))  # early steps: bias corrections matter
     params = [torch.randn(s, generator=g).to(ctx.device, ctx.dtype) for s in shapes]
     grads = [ctx.randn(*s) for s in shapes]
@@ -103,12 +86,12 @@ def solution(params, grads, exp_avg, exp_avg_sq, step):
     adamw([p], [flat_grad[lo:lo + shard]], [m], [v], [], steps, fused=True, amsgrad=False, beta1=BETA1,
           beta2=BETA2, lr=LR, weight_decay=WEIGHT_DECAY, eps=EPS, maximize=False)
     full = p.new_empty(world * shard)
-    _all_gather_single(full, p)
+    all_gather_single(full, p)
     return [f.view(t.shape) for f, t in zip(full[:n].split([t.numel() for t in params]), params)], m, v
 
 
 def speed_of_light(size, world_size, dtype) -> Traffic:
-    w, n, b = world_size, _expected_numel(size), dtype.itemsize
+    w, n, b = world_size, expected_param_numel(size), dtype.itemsize
     # Expected over the shapes. Only the own shard of the mean gradient is needed: a reduce-scatter plus the
     # parameter all-gather, (W-1)/W of the flat bytes each. About 15 flops per shard element for AdamW, W-1 adds
     # per shard element for the mean. Memory: read all gradients, write all parameters, read param/grad/m/v and

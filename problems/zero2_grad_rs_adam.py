@@ -24,10 +24,7 @@ import torch.distributed as dist
 from torch.optim.adamw import adamw
 
 from pkb_ray.problem import InputContext, Traffic
-
-# torch 2.13 renamed all_gather_into_tensor / reduce_scatter_tensor to *_single (the old names warn).
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+from pkb_ray.problem_helpers import all_gather_single, expected_param_numel, param_shapes, reduce_scatter_single
 
 LR, BETA1, BETA2, EPS, WEIGHT_DECAY = 1e-3, 0.9, 0.999, 1e-8, 0.1
 
@@ -50,24 +47,9 @@ META = dict(
 )
 
 
-def _shapes(size: dict, g: torch.Generator) -> list[tuple[int, ...]]:
-    lo, hi = size["dim"] // 2, size["dim"]
-    shapes = []
-    for _ in range(size["n_params"]):
-        rows, cols = torch.randint(lo, hi + 1, (2,), generator=g).tolist()
-        matrix = int(torch.randint(0, 4, (1,), generator=g)) > 0
-        shapes.append((rows, cols) if matrix else (rows,))
-    return shapes
-
-
-def _expected_numel(size: dict) -> float:
-    side = (size["dim"] // 2 + size["dim"]) / 2
-    return size["n_params"] * (0.75 * side * side + 0.25 * side)
-
-
 def make_inputs(ctx: InputContext):
     g = ctx.shared_generator()
-    shapes = _shapes(ctx.size, g)
+    shapes = param_shapes(ctx.size, g)
     step = int(torch.randint(1, 51, (1,), generator=g))  # early steps: bias corrections matter
     params = [torch.randn(s, generator=g).to(ctx.device, ctx.dtype) for s in shapes]
     n = sum(p.numel() for p in params)
@@ -96,22 +78,22 @@ def solution(params, flat_grad, exp_avg, exp_avg_sq, step):
     n = sum(p.numel() for p in params)
     g = flat_grad.new_empty(shard)
     if dist.get_backend() == "gloo":  # gloo lacks ReduceOp.AVG in some releases: SUM, then divide
-        _reduce_scatter_single(g, flat_grad, op=dist.ReduceOp.SUM)
+        reduce_scatter_single(g, flat_grad, op=dist.ReduceOp.SUM)
         g.div_(world)
     else:
-        _reduce_scatter_single(g, flat_grad, op=dist.ReduceOp.AVG)
+        reduce_scatter_single(g, flat_grad, op=dist.ReduceOp.AVG)
     lo = rank * shard
     p, m, v = _flat_slice(params, lo, lo + shard), exp_avg.clone(), exp_avg_sq.clone()
     steps = [torch.tensor(float(step - 1), device=p.device)]  # adamw increments it to `step`
     adamw([p], [g], [m], [v], [], steps, fused=True, amsgrad=False, beta1=BETA1, beta2=BETA2, lr=LR,
           weight_decay=WEIGHT_DECAY, eps=EPS, maximize=False)
     full = p.new_empty(world * shard)
-    _all_gather_single(full, p)
+    all_gather_single(full, p)
     return [f.view(t.shape) for f, t in zip(full[:n].split([t.numel() for t in params]), params)], m, v
 
 
 def speed_of_light(size, world_size, dtype) -> Traffic:
-    w, n, b = world_size, _expected_numel(size), dtype.itemsize
+    w, n, b = world_size, expected_param_numel(size), dtype.itemsize
     # Expected over the shapes: reduce-scatter of the gradient buffer plus all-gather of the parameters,
     # (W-1)/W of the flat bytes each. W-1 adds and about 15 AdamW flops per shard element. Memory: read the
     # gradient buffer, write all parameters, read param/m/v and write m/v of the shard.

@@ -13,19 +13,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import ray
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from pkb_ray.cuda import BuildSpec, build, find_sources, nvcc_version
+from pkb_ray.config import SweepConfig
+from pkb_ray.pipeline import sample_stream
 
-from pkb_ray.cuda import BuildSpec, build, find_sources, nvcc_version  # noqa: E402
-from pkb_ray.config import SweepConfig  # noqa: E402
-from pkb_ray.pipeline import sample_stream  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 KERNEL = (REPO / "kernels/all_reduce/02_cuda_one_shot.py").read_text()
 

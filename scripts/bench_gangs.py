@@ -33,18 +33,17 @@ from pathlib import Path
 import ray
 from omegaconf import OmegaConf
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from pkb_ray.config import SweepConfig  # noqa: E402
-from pkb_ray.cluster import NOSET_CUDA  # noqa: E402
-from pkb_ray.pipeline import prepare_here  # noqa: E402
-from pkb_ray.problem import load_problems  # noqa: E402
+from pkb_ray.config import SweepConfig
+from pkb_ray.cluster import NOSET_CUDA
+from pkb_ray.pipeline import prepare_here
+from pkb_ray.problem import load_problems
 from pkb_ray.samples import read_samples
-from pkb_ray.stages.compile import build_settings  # noqa: E402
-from pkb_ray.placement import Layout  # noqa: E402
-from pkb_ray.schema import EvalTask, Result, Sample, Where  # noqa: E402
-from pkb_ray.stages.evaluate import GangPool  # noqa: E402
+from pkb_ray.stages.compile import build_settings
+from pkb_ray.placement import Layout
+from pkb_ray.schema import EvalTask, Result, Sample, Where
+from pkb_ray.stages.gang_pool import GangPool
+
+REPO = Path(__file__).resolve().parent.parent
 
 HOSTILE_ANY = ["samples/replay/all_reduce/05_hangs_on_rank1.py", "tests/samples/segfaults.py",
                "tests/samples/exits_cleanly.py"]

@@ -25,13 +25,11 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pkb_ray import rounds  # noqa: E402
-from pkb_ray.config import EvalConfig, HardwareConfig  # noqa: E402
-from pkb_ray.harness import Harness  # noqa: E402
-from pkb_ray.problem import load_problems  # noqa: E402
-from pkb_ray.schema import Sample  # noqa: E402
+from pkb_ray import rounds
+from pkb_ray.config import EvalConfig, HardwareConfig
+from pkb_ray.harness import Harness
+from pkb_ray.problem import load_problems
+from pkb_ray.schema import Sample
 
 
 def knobs(problem: str, numel: int) -> dict:

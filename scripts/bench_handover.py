@@ -12,18 +12,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import io
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import torch
 
-import torch  # noqa: E402
-
-from pkb_ray.correctness import to_cpu  # noqa: E402
-from pkb_ray.runner import tensor_io  # noqa: E402
+from pkb_ray.correctness import to_cpu
+from pkb_ray.runner import tensor_io
 
 
 def best(fn, reps: int) -> float:

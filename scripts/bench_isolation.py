@@ -17,21 +17,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
+from pkb_ray.config import EvalConfig, HardwareConfig
+from pkb_ray.harness import Harness
+from pkb_ray.problem import load_problems
+from pkb_ray.samples import read_samples
+from pkb_ray.schema import Sample
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from omegaconf import OmegaConf  # noqa: E402
-
-from pkb_ray.config import EvalConfig, HardwareConfig  # noqa: E402
-from pkb_ray.harness import Harness  # noqa: E402
-from pkb_ray.problem import load_problems  # noqa: E402
-from pkb_ray.samples import read_samples  # noqa: E402
-from pkb_ray.schema import Sample  # noqa: E402
 
 COPIES = ["all_reduce", "rmsnorm_allreduce", "moe_dispatch_skewed", "all_to_all"]
 HOSTILE = ["correct_then_cached", "breaks_reference", "rewrites_check", "forges_reports",

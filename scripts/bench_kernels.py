@@ -22,18 +22,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from pkb_ray.config import EvalConfig, HardwareConfig
+from pkb_ray.harness import Harness
+from pkb_ray.pipeline import prepare_here
+from pkb_ray.problem import DTYPES, load_problems, sol_time_us
+from pkb_ray.samples import read_samples
+from pkb_ray.schema import Sample
+from pkb_ray.selection import hardware_profile
+from pkb_ray.stages.compile import build_settings
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from pkb_ray.config import EvalConfig, HardwareConfig  # noqa: E402
-from pkb_ray.harness import Harness  # noqa: E402
-from pkb_ray.pipeline import prepare_here  # noqa: E402
-from pkb_ray.problem import DTYPES, load_problems, sol_time_us  # noqa: E402
-from pkb_ray.samples import read_samples  # noqa: E402
-from pkb_ray.schema import Sample  # noqa: E402
-from pkb_ray.selection import hardware_profile  # noqa: E402
-from pkb_ray.stages.compile import build_settings  # noqa: E402
-
 
 A2A_DIM = 1024  # all-to-all rows: 4 KiB in float32, 2 KiB in bfloat16
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -24,12 +23,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from pkb_ray.pkb.solutions import read_solutions  # noqa: E402
-from pkb_ray.runner import extensions  # noqa: E402
-from pkb_ray.stages.compile import build_inline, build_settings  # noqa: E402
+from pkb_ray.pkb.solutions import read_solutions
+from pkb_ray.runner import extensions
+from pkb_ray.stages.compile import build_inline, build_settings
 
 CHECK = r"""
 import json, sys
@@ -84,9 +80,8 @@ def main() -> None:
             b, row = built[i], rows[i]
             src = Path(tmp) / f"{i}.py"
             src.write_text(row["source"])
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
             done = subprocess.run([sys.executable, "-c", CHECK, str(src), b["folder"], paths[0], str(Path(tmp) / f"b{i}"),
-                                   extensions.arch_list(args.arch)], capture_output=True, text=True, env=env, timeout=600)
+                                   extensions.arch_list(args.arch)], capture_output=True, text=True, timeout=600)
             line = next((ln for ln in done.stdout.splitlines() if ln.startswith("CHECK ")), None)
             b["rank_check"] = json.loads(line[6:]) if line else {"failed": (done.stderr or done.stdout)[-600:]}
 

@@ -25,13 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts"))
+from make_samples import generate
+from pkb_ray.results import RESULT_KEY, read_results
+from pkb_ray.schema import is_final
 
-from make_samples import generate  # noqa: E402
-from pkb_ray.results import RESULT_KEY, read_results  # noqa: E402
-from pkb_ray.schema import is_final  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 PROBLEMS = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
 

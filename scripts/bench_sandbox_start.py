@@ -23,13 +23,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pkb_ray.ranks import Isolation, RankSet  # noqa: E402
+from pkb_ray.ranks import RankIsolation, RankSet  # noqa: E402
 
 
 def start_once(devices: list[str], backend: str, level: str, work: Path) -> float:
     job = Path(tempfile.mkdtemp(dir=work))
     t0 = time.monotonic()
-    ranks = RankSet(devices, backend=backend, job_dir=job, isolation=Isolation(level, gpu=backend == "nccl"))
+    ranks = RankSet(devices, backend=backend, job_dir=job, isolation=RankIsolation(level, gpu=backend == "nccl"))
     try:
         ready = ranks.wait_ready(120)
         if not ready.ok:

@@ -29,17 +29,15 @@ from pathlib import Path
 import ray
 import torch
 
+from pkb_ray.config import SweepConfig
+from pkb_ray.correctness import compare
+from pkb_ray.cluster import NOSET_CUDA
+from pkb_ray.pipeline import run_pipeline
+from pkb_ray.problem import load_problems
+
+from make_samples import generate
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from pkb_ray.config import SweepConfig  # noqa: E402
-from pkb_ray.correctness import compare  # noqa: E402
-from pkb_ray.cluster import NOSET_CUDA  # noqa: E402
-from pkb_ray.pipeline import run_pipeline  # noqa: E402
-from pkb_ray.problem import load_problems  # noqa: E402
-
-sys.path.insert(0, str(REPO / "scripts"))
-from make_samples import generate  # noqa: E402
 
 TRIALS = 5
 

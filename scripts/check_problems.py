@@ -19,11 +19,8 @@ import argparse
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from pkb_ray.problem import DTYPES, load_problems  # noqa: E402
-from pkb_ray.problem_check import check  # noqa: E402
+from pkb_ray.problem import DTYPES, load_problems
+from pkb_ray.problem_check import check
 
 
 def main() -> int:

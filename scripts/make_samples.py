@@ -27,14 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from pkb_ray.problem import load_problems
+from pkb_ray.samples import read_samples
 
-from pkb_ray.problem import load_problems  # noqa: E402
-from pkb_ray.samples import read_samples  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 WEIGHTS = {"copy": 15, "cosmetic": 15, "twice": 8, "synced": 8, "kernel": 10, "off_by_one": 10, "averaged": 8,
            "stale": 10, "racy": 4, "hang": 1, "crash": 1}

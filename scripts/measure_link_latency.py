@@ -26,9 +26,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pkb_ray.cuda import load_cuda, symmetric_buffer  # noqa: E402
+from pkb_ray.cuda import load_cuda, symmetric_buffer
 
 SOURCE = r"""
 #include <cstdint>

@@ -9,16 +9,13 @@ times: what a PyTorch-only harness does for every trial of every side.
 
 import argparse
 import importlib.util
-import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pkb_ray.problem import DTYPES, InputContext, load_problem  # noqa: E402
+from pkb_ray.problem import DTYPES, InputContext, load_problem
 
 
 def main() -> None:

@@ -13,21 +13,17 @@ from __future__ import annotations
 
 import argparse
 import collections
-import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from pkb_ray.pkb.shims import write_shims  # noqa: E402
-from pkb_ray.pkb.solutions import number_mismatches  # noqa: E402
-from pkb_ray.problem import load_problems  # noqa: E402
-from pkb_ray.samples import read_samples  # noqa: E402
-from pkb_ray.placement import Layout  # noqa: E402
-from pkb_ray.schema import Sample, Where  # noqa: E402
-from pkb_ray.selection import hardware_profile  # noqa: E402
-from pkb_ray.stages.validate import validate  # noqa: E402
+from pkb_ray.pkb.shims import write_shims
+from pkb_ray.pkb.solutions import number_mismatches
+from pkb_ray.problem import load_problems
+from pkb_ray.samples import read_samples
+from pkb_ray.placement import Layout
+from pkb_ray.schema import Sample, Where
+from pkb_ray.selection import hardware_profile
+from pkb_ray.stages.validate import validate
 
 
 def main() -> None:

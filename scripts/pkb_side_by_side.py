@@ -25,11 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from pkb_ray.pkb.checkout import references  # noqa: E402
-from pkb_ray.pkb.solutions import read_solutions  # noqa: E402
+from pkb_ray.pkb.checkout import references
+from pkb_ray.pkb.solutions import read_solutions
 
 
 def pick(args) -> None:

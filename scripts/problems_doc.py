@@ -17,12 +17,11 @@ import re
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from pkb_ray import baselines
+from pkb_ray.problem import DTYPES, Problem, load_problems, sol_time_us
+from pkb_ray.selection import hardware_profile
 
-from pkb_ray import baselines  # noqa: E402
-from pkb_ray.problem import DTYPES, Problem, load_problems, sol_time_us  # noqa: E402
-from pkb_ray.selection import hardware_profile  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 OUT = REPO / "docs" / "problems.md"
 PROFILES = {2: "h200_2", 8: "h200_8"}

@@ -11,10 +11,6 @@ self-contained (figures inline); open it in a browser or attach it anywhere.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 from pkb_ray.summary.cli import main  # noqa: E402
 

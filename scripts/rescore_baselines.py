@@ -12,12 +12,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from pkb_ray import baselines
+from pkb_ray.problem import load_problems
+from pkb_ray.selection import hardware_profile
 
-from pkb_ray import baselines  # noqa: E402
-from pkb_ray.problem import load_problems  # noqa: E402
-from pkb_ray.selection import hardware_profile  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 
 def main(names: list[str]) -> int:

@@ -45,6 +45,7 @@ def test_group_choice_and_key_overrides():
         ("hardware=h200_2 +hardware.tflops_by_dtype.int8=1979", "hardware.tflops_by_dtype.int8"),
         ("hardware=h200_2 hardware.tflops_by_dtype.float32=0", "hardware.tflops_by_dtype.float32"),
         ("eval.isolation=chroot", "eval.isolation"),
+        ("eval.timing_mode=fast", "eval.timing_mode"),
         ("eval.spot_checks=0", "eval.spot_checks"),
     ],
 )

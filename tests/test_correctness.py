@@ -76,7 +76,8 @@ def test_to_cpu_copies_so_later_writes_do_not_leak():
 
 def test_a_tolerance_override_is_used_by_the_check_and_the_timing_step(make_harness, problems):
     from conftest import REPO
-    from pkb_ray.schema import Sample, Status
+    from pkb_ray.names import Status
+    from pkb_ray.schema import Sample
 
     src = (REPO / "samples/replay/all_reduce/03_average_not_sum.py").read_text()
     sample = Sample(problem_id="all_reduce", model="t", sample_index=0, source=src)

@@ -12,9 +12,10 @@ import ray
 
 from conftest import HOSTILE, REPO, local_ray, rank_processes, rank_processes_left
 from pkb_ray.config import SweepConfig
-from pkb_ray.stages.evaluate import GangPool
+from pkb_ray.names import Status
+from pkb_ray.stages.gang_pool import GangPool
 from pkb_ray.placement import Layout
-from pkb_ray.schema import EvalTask, Sample, Status, Where
+from pkb_ray.schema import EvalTask, Sample, Where
 
 GPUS = 6
 

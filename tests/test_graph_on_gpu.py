@@ -13,9 +13,10 @@ import torch
 from conftest import REPO
 from pkb_ray.config import EvalConfig, HardwareConfig
 from pkb_ray.harness import Harness
+from pkb_ray.names import Status
 from pkb_ray.pipeline import prepare_here
 from pkb_ray.samples import read_samples
-from pkb_ray.schema import Sample, Status
+from pkb_ray.schema import Sample
 from pkb_ray.stages.compile import build_settings
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import HOSTILE, REPO, StandIn, pid_alive, rank_processes_left
-from pkb_ray.schema import Sample, Status
+from pkb_ray.names import Status
+from pkb_ray.schema import Sample
 
 BIG = {"numel": 1 << 20}  # ~ms per gloo all-reduce: long enough for the parent's bracket to matter
 

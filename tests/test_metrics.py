@@ -19,7 +19,8 @@ from pkb_ray.metrics import (
     summarize,
     summary_columns,
 )
-from pkb_ray.schema import Result, Status, results_to_table
+from pkb_ray.names import Status
+from pkb_ray.schema import Result, results_to_table
 
 # ---------------------------------------------------------------- pass@k
 

@@ -10,6 +10,7 @@ import torch
 from conftest import REPO
 from pkb_ray.config import ConfigError, SweepConfig
 from pkb_ray.correctness import compare, pkb_agrees
+from pkb_ray.names import Status
 from pkb_ray.pkb import runtime
 from pkb_ray.pkb.checkout import CheckoutError, references
 from pkb_ray.pkb.shims import write_shims
@@ -18,7 +19,7 @@ from pkb_ray.pkb.static import multicast_use, pk_world_size
 from pkb_ray.problem import InputContext, load_problems
 from pkb_ray.samples import read_samples
 from pkb_ray.placement import Layout
-from pkb_ray.schema import Result, Sample, Status, Where
+from pkb_ray.schema import Result, Sample, Where
 from pkb_ray.selection import with_problems_folder
 from pkb_ray.stages.validate import validate
 

@@ -4,10 +4,10 @@ anything that is not a report an ``unreadable_report`` (which the verdict calls 
 import json
 import os
 
+from pkb_ray.names import Status
 from pkb_ray.runner.protocol import ReportReader, Step
 from pkb_ray.verdict import StepView, step_failure
 from pkb_ray.wire import parse_report, Report
-from pkb_ray.schema import Status
 
 
 def _pipe():

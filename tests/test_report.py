@@ -8,12 +8,13 @@ import pytest
 
 from conftest import REPO
 from pkb_ray.metrics import curves
+from pkb_ray.names import Status
+from pkb_ray.results import write_results
+from pkb_ray.schema import Result, Sample
 from pkb_ray.summary import RunSummary
 from pkb_ray.summary.cli import read_runs
 from pkb_ray.summary.pages import write as write_pages
 from pkb_ray.summary.sections import SECTIONS
-from pkb_ray.results import write_results
-from pkb_ray.schema import Result, Sample, Status
 
 # model -> problem -> (status, speedup) per sample
 PLAN = {

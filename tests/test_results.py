@@ -6,9 +6,10 @@ import duckdb
 import pandas as pd
 import pyarrow.dataset as ds
 
+from pkb_ray.names import Status
 from pkb_ray.placement import Layout
 from pkb_ray.results import RESULT_KEY, ResultSink, finished, key_at, newest, read_results, write_results
-from pkb_ray.schema import Result, Sample, Status, TrialRecord, Where
+from pkb_ray.schema import Result, Sample, TrialRecord, Where
 
 
 def _result(problem="all_reduce", model="m", status=Status.CORRECT, index=0, **kw):

@@ -16,8 +16,9 @@ from conftest import HOSTILE, REPO
 from pkb_ray import allowlist, sandbox
 from pkb_ray.config import EvalConfig, HardwareConfig
 from pkb_ray.harness import Harness
+from pkb_ray.names import Status
 from pkb_ray.samples import read_samples
-from pkb_ray.schema import Sample, Status
+from pkb_ray.schema import Sample
 from test_sandbox_on_cpu import WALKER, outside_allowlist, run
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

@@ -16,9 +16,9 @@ import pytest
 import wandb_files
 from conftest import REPO
 from pkb_ray.metrics import summarize
+from pkb_ray.names import Status
 from pkb_ray.results import read_results
 from pkb_ray.samples import read_samples
-from pkb_ray.schema import Status
 
 
 def sweep(tmp_path, run_dir, *overrides):

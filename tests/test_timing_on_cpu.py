@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from pkb_ray.schema import Sample, Status
+from pkb_ray.names import Status
+from pkb_ray.schema import Sample
 from pkb_ray.timing import calls_per_round, median_iqr, round_order, sample_time, speedup
 
 

@@ -1,4 +1,5 @@
-from pkb_ray.schema import Sample, Status
+from pkb_ray.names import Status
+from pkb_ray.schema import Sample
 from pkb_ray.stages.compile import compile_sample
 from pkb_ray.stages.validate import validate
 

@@ -1,7 +1,6 @@
 """The verdict rules on hand-made step reports (the wire's records): no processes, no Ray."""
 
-from pkb_ray.names import Side
-from pkb_ray.schema import Status
+from pkb_ray.names import Side, Status
 from pkb_ray.verdict import (HIDDEN_FLOOR_US, RULES, Evidence, Region, StepView, forged_time, judge, step_failure,
                              tampering, timed_verdict, trial_verdict)
 from pkb_ray.wire import (ChecksReport, Failure, Finding, KeepReport, Pick, RegionReport, Report, TrialsReport,

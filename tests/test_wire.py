@@ -6,9 +6,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from pkb_ray.names import Side
+from pkb_ray.names import Side, Status
 from pkb_ray.verdict import StepView, step_failure
-from pkb_ray.schema import Status
 from pkb_ray.wire import (Case, CheckTimed, Exit, Failure, Keep, Pick, RegionReport, Report, TimeRegion, Tol,
                           TrialsReport, decode_command, encode_command, parse_report)
 

@@ -27,12 +27,13 @@ from typing import Any, Sequence
 
 from pkb_ray import allowlist, sandbox
 from pkb_ray.cuda import DEFAULT_ARCH, BuildSpec, CudaBuildError, build, find_sources
+from pkb_ray.names import Status
 from pkb_ray.paths import CODE_ROOT
-from pkb_ray.ranks import Isolation as RankIsolation
+from pkb_ray.ranks import RankIsolation
 from pkb_ray.reference_store import default_key_file
 from pkb_ray.runner import extensions
 from pkb_ray.sandbox import Isolation
-from pkb_ray.schema import Result, Sample, Status, Where
+from pkb_ray.schema import Result, Sample, Where
 
 
 

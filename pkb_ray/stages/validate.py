@@ -20,8 +20,8 @@ from pydantic import ValidationError
 from pkb_ray.pkb.solutions import REMOVED
 from pkb_ray.pkb.static import multicast_use, pk_world_size
 from pkb_ray.problem import Problem
-from pkb_ray.names import BACKENDS, Backend
-from pkb_ray.schema import Result, Sample, Status, Where
+from pkb_ray.names import BACKENDS, Backend, Status
+from pkb_ray.schema import Result, Sample, Where
 
 MAX_SOURCE_BYTES = 512 * 1024
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from pkb_ray.metrics import fast_col, pass_col
-from pkb_ray.schema import Status
+from pkb_ray.names import Status
 from pkb_ray.summary.run import RunSummary
 
 SHOWN_KS = (1, 5)  # of the summary's KS: the columns a terminal has room for

@@ -8,8 +8,8 @@ from typing import Any
 import pandas as pd
 
 from pkb_ray.metrics import as_scored, curves, fast_col, final_and_rounds, summarize, timing_note
+from pkb_ray.names import Status
 from pkb_ray.summary import sizes, tables
-from pkb_ray.schema import Status
 
 KS = (1, 5, 10)  # the k of every pass@k any view shows
 CURVE_P = 1.0  # the fast_p whose curve is drawn beside pass@k

@@ -9,8 +9,8 @@ import math
 import pandas as pd
 
 from pkb_ray.metrics import fast_col, pass_col
+from pkb_ray.names import Status
 from pkb_ray.results import RESULT_KEY
-from pkb_ray.schema import Status
 
 CORRECT = Status.CORRECT.value
 

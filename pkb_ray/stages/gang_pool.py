@@ -1,4 +1,5 @@
-"""The evaluate stage: tasks (a sample and its gang layout) to gangs, results back, every gang kept busy.
+"""The gang pool, the pipeline's evaluation: tasks (a sample and its gang layout) to gangs, results back,
+every gang kept busy.
 
 :class:`TaskFeed` takes tasks from the stream through a bounded queue (the backpressure).
 :class:`GangPool` carries out with Ray what :class:`pkb_ray.scheduler.Scheduler` decides: which
@@ -30,8 +31,9 @@ from pkb_ray.cluster import node_gpus
 from pkb_ray.config import SweepConfig
 from pkb_ray.deadlines import WATCH_MARGIN_S
 from pkb_ray.gang import GangHandle, bundle_devices, reserve, start_gang, stop_gang
+from pkb_ray.names import Status
 from pkb_ray.scheduler import Action, Dispatch, GangPhase, Reserve, Restart, Scheduler, SchedulingError, Start, Stop
-from pkb_ray.schema import EvalTask, Result, Status
+from pkb_ray.schema import EvalTask, Result
 from pkb_ray.telemetry import RunMetrics
 
 log = logging.getLogger(__name__)
