@@ -38,7 +38,7 @@ REGION_POLL_S = 0.0002  # the parent's bracket is as fine as its look at the rep
 # A graph replay's region holds at most this many times the eager region's calls. More calls share
 # the synchronisations around a region better, but every call still costs its fresh inputs and
 # its commitment on the rank: on 1 x H200 (NCCL at W=1), 16x read 1.07-1.10 us a call at 4 KiB
-# against 1.19-1.26 us at 4x, and made the timing step 2-3x dearer (docs/benchmarks.md).
+# against 1.19-1.26 us at 4x, and made the timing step 2-5x dearer (docs/benchmarks/timing.md).
 GRAPH_CALLS_FACTOR = 4
 FREEZE_TIMEOUT_S = 5.0  # how long the candidate's processes may take to stop (one in a driver call)
 

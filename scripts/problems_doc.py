@@ -89,7 +89,7 @@ def render() -> str:
 def below_bound(problems: dict[str, Problem], measured: dict, hw) -> list[str]:
     """The references measured below LOW of their speed of light, with the latency a step would need
     for the bound alone to lift them to LOW: where that is far above any link's latency, latency
-    missing from the model is not why they sit so low (docs/benchmarks.md says what is)."""
+    missing from the model is not why they sit so low (docs/benchmarks/baselines.md says what is)."""
     rows = []
     for (pid, w, label), ref in sorted(measured.items()):
         if w != 2 or not ref.get("sol_fraction") or ref["sol_fraction"] >= LOW:

@@ -1,6 +1,6 @@
 """The first test of the timing protocol: a copy of the reference times at 1.00x.
 
-Tolerance, from measured spread (docs/benchmarks.md): 24 evaluations of reference copies at
+Tolerance, from measured spread (docs/benchmarks/timing.md): 24 evaluations of reference copies at
 W=2, 200 rounds, on a 2-core machine gave speedups 0.90-1.15 (stdev 0.045). Each run here must
 land in [0.75, 1.33] (about 6 stdev: a protocol bug, such as timing one side without its
 barrier or always running it first, shifts it further), and the median of three within 0.12 of 1.
