@@ -1,6 +1,6 @@
 """Records at the boundaries: a sample in, a result out, and the Arrow schema of results.
 
-``Result`` and ``RESULT_SCHEMA`` describe the same row; ``tests/test_schema.py`` keeps them in
+``Result`` and ``RESULT_SCHEMA`` describe the same row; ``tests/unit/test_schema.py`` keeps them in
 step. Results are Parquet that pandas, DuckDB and W&B read.
 """
 

@@ -163,3 +163,18 @@ def test_a_graph_replays_new_inputs_only_when_they_fit_its_buffers():
     held = buffers[0][0]
     Captured(graph=None, inputs=buffers, outputs=[]).load([(torch.tensor([1.0, 2.0, 3.0]), (torch.tensor([4.0, 5.0]),))])
     assert held.tolist() == [1.0, 2.0, 3.0] and buffers[0][1][0].tolist() == [4.0, 5.0]  # in place: the graph's addresses
+
+
+def test_a_tolerance_override_is_used_by_the_check_and_the_timing_step(make_harness, problems):
+    from conftest import REPO
+    from pkb_ray.names import Status
+    from pkb_ray.schema import Sample
+
+    src = (REPO / "samples/replay/all_reduce/03_average_not_sum.py").read_text()
+    sample = Sample(problem_id="all_reduce", model="t", sample_index=0, source=src)
+    strict = make_harness(2)
+    assert strict.evaluate(sample).status == Status.WRONG_OUTPUT
+    loose = make_harness(2, tolerances={"all_reduce": {"float32": {"atol": 1e9, "rtol": 0}}})
+    assert loose.tolerance(problems["all_reduce"], "float32").reason == "set by eval.tolerances"
+    result = loose.evaluate(sample)  # an average is within 1e9 of the sum: correct, and timed
+    assert result.status == Status.CORRECT and result.speedup
