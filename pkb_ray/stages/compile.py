@@ -8,8 +8,9 @@ is built once, and a build already in the cache is not built again. nvcc's error
 sample's ``compile_error`` message.
 
 A sample of a format whose samples build torch extensions with ``load_inline``
-(:attr:`pkb_ray.formats.SampleFormat.builds_extensions`) has them built here too, by a sandboxed import of the sample (:mod:`pkb_ray.runner.extensions`), into a cache folder of
-its own that its rank imports from.
+(:attr:`pkb_ray.formats.SampleFormat.builds_extensions`) has them built here too, by a sandboxed
+import of the sample (:mod:`pkb_ray.runner.extensions`), into a cache folder of its own that its
+rank imports from.
 """
 
 from __future__ import annotations
