@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from pkb_ray import formats
 from pkb_ray.placement import Layout
 from pkb_ray.names import BACKENDS, TIMING_MODES, Backend, TimingMode
 
@@ -67,11 +68,18 @@ class ModelConfig(_Strict):
 
 class ProblemsConfig(_Strict):
     name: str = "all"
-    format: Literal["native", "pkb"] = Field("native", description="native: problem files of pkb_ray's format "
-                                             "(problems_dir); pkb: every reference of the ParallelKernelBench "
-                                             "checkout at pkb.root, as problems pkb_<name>")
+    format: str = Field("native", description="native: problem files of pkb_ray's format (problems_dir); or a "
+                        "source of pkb_ray.formats, e.g. pkb: every reference of the ParallelKernelBench checkout "
+                        "at pkb.root, as problems pkb_<name>")
     ids: list[str] | None = Field(None, description="problem ids to run; None = all")
     categories: list[str] | None = None
+
+    @field_validator("format")
+    @classmethod
+    def _known_source(cls, v: str) -> str:
+        if v not in formats.names():
+            raise ValueError(f"unknown problem source {v!r}; known: {', '.join(formats.names())}")
+        return v
 
 
 class BackendConfig(_Strict):
@@ -276,7 +284,7 @@ class SweepConfig(_Strict):
     @model_validator(mode="after")
     def _generated_backends(self) -> "SweepConfig":
         if self.model.provider != "replay" and Backend.PARALLELKITTENS in (self.backend.backends or []):
-            raise ValueError("backend.backends: parallelkittens samples come from PKB's solution folders "
+            raise ValueError("backend.backends: parallelkittens samples are read from sample folders "
                              "(model.samples); a model is asked for torch, cuda or triton")
         return self
 

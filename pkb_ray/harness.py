@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from pkb_ray import sandbox
+from pkb_ray import formats, sandbox
 from pkb_ray.config import EvalConfig, HardwareConfig
 from pkb_ray.deadlines import MARGIN_S, Deadline
 from pkb_ray.interference import RefTimes, slowed
@@ -128,7 +128,7 @@ class Harness:
         key_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         hidden = [*map(str, sandbox.default_hidden()), *map(str, private)]
         gpu = hardware.device == "cuda"
-        # the problem files, and what they name (a PKB checkout), wherever they are (e.g. under /tmp)
+        # the problem files, and what they name READABLE (an imported benchmark's checkout), wherever they are
         needed = tuple(sorted({str(p.path.parent) for p in problems.values()}
                               | {str(r) for p in problems.values() for r in getattr(p.module, "READABLE", ())}))
         self._isolation = {
@@ -277,8 +277,8 @@ class Harness:
         out_dir = ranks.job_dir / "outputs"
         out_dir.mkdir()
         case = Case(problem_path=str(problem.path), dtype=dtype, size=knobs)
-        # a sample that builds its extensions on the rank (PKB's load_inline) gets the build's time too
-        builds = sample.metadata.get("format") == "pkb"
+        # a sample whose format builds torch extensions (load_inline) may build them on the rank: the time too
+        builds = formats.of(sample.metadata).builds_extensions
         # from here the sample's own deadline: every wait below ends by it (the clean set's by it plus the margin)
         deadline = Deadline.after(self.cfg.timeout_s + (self.cfg.inline_build_timeout_s if builds else 0.0))
         self._expect_within(deadline.budget_s + MARGIN_S)
@@ -290,9 +290,10 @@ class Harness:
         evidence.trials = view(outcome, ranks)
         rank_builds = {"rank_builds": max((getattr(rep, "rank_builds", 0) for rep in outcome.reports.values()),
                                           default=None)} if builds else {}
+        rule = formats.second_verdict()
         found = judge(evidence)
-        if found:  # by PKB's rule too, a sample that fails to run its first call fails
-            return {"verdict": found, "pkb_verdict": False, **rank_builds}
+        if found:  # by the second rule too, a sample that fails to run its first call fails
+            return {"verdict": found, **({rule.column: False} if rule else {}), **rank_builds}
         tol = self.tolerance(problem, dtype)
         try:
             checks = self.references.check_trials(case, expected, out_dir, tol, deadline.left(margin=MARGIN_S))
@@ -302,11 +303,11 @@ class Harness:
         evidence.checks, evidence.reference = checks, expected.reference
         trials = _records(checks)
         clock.lap(EvalPhase.CHECK)
-        first = [c.pkb for rep in checks.values() for c in rep.checks if c.id == expected.seeds[0]]
-        pkb = {"pkb_verdict": bool(first) and all(first), **rank_builds}
+        first = [c.second for rep in checks.values() for c in rep.checks if c.id == expected.seeds[0]]
+        second = {**({rule.column: bool(first) and all(first)} if rule else {}), **rank_builds}
         found = judge(evidence)
         if found:
-            return {"verdict": found, "trials": trials, **pkb}
+            return {"verdict": found, "trials": trials, **second}
         self.pool.quiet()
         clock.lap(EvalPhase.QUIET)
         timing, kept = self._confirmed_rounds(ranks, case, deadline)
@@ -315,14 +316,14 @@ class Harness:
         evidence.timing_what, evidence.watched = timing.what, timing.watched
         found = judge(evidence)
         if found:
-            return {"verdict": found, "trials": trials, **pkb}
+            return {"verdict": found, "trials": trials, **second}
         timed = self.references.check_timed(case, timing.picks, kept, tol, base_seeds(self.cfg),
                                             deadline.left(margin=MARGIN_S))
         clock.lap(EvalPhase.TIMED_CHECK)
         evidence.regions, evidence.picks, evidence.timed_checks = timing.regions, timing.picks, timed
         trials += _records(timed, kind="timed")
         fields = self._timing_fields(problem, dtype, knobs, timing, trials, expected.traffic)
-        return {**fields, **pkb, "verdict": judge(evidence) or Verdict(Status.CORRECT, ""), "timing": timing}
+        return {**fields, **second, "verdict": judge(evidence) or Verdict(Status.CORRECT, ""), "timing": timing}
 
     def tolerance(self, problem: Problem, dtype: str) -> Tolerance:
         """The problem's tolerance for ``dtype``, unless ``eval.tolerances`` overrides it."""

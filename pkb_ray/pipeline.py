@@ -34,9 +34,9 @@ from typing import Any, Callable, Iterator
 import ray
 from tqdm import tqdm
 
+from pkb_ray.backend_rules import pk_world_size
 from pkb_ray.config import SweepConfig
 from pkb_ray.names import Backend
-from pkb_ray.pkb.static import pk_world_size
 from pkb_ray.placement import Layout
 from pkb_ray.problem import Problem, load_problems
 from pkb_ray.results import ResultSink, finished, key_at
@@ -87,7 +87,7 @@ def build(sample: Sample, where: Where | int, problems: dict[str, Problem], sett
     problem = problems[sample.problem_id]
     if uses_cuda(sample):
         outcome = build_sources(sample.source, settings)
-    elif needs_build(sample):  # PKB's load_inline: the sample imports its problem's checkout
+    elif needs_build(sample):  # load_inline: the sample may import what its problem names READABLE
         outcome = build_inline(sample.source, settings, tuple(getattr(problem.module, "READABLE", ())))
     else:
         return sample

@@ -1,7 +1,7 @@
 """Reading samples: replay folders, JSONL, Parquet (results are :mod:`pkb_ray.results`).
 
-A folder of ParallelKernelBench solution files is read by :mod:`pkb_ray.pkb.solutions`. A replay
-folder holds one sub-folder per problem id and one ``.py`` file per sample, named
+A folder of another format (:mod:`pkb_ray.formats`: e.g. a benchmark's solution files) is read by
+that format. A replay folder holds one sub-folder per problem id and one ``.py`` file per sample, named
 ``<index>_<label>.py``; comment lines ``# key: value`` at the top become the sample's metadata
 (the shipped set says ``# expect: <status>`` in each file). JSONL and Parquet rows have the
 fields of :class:`pkb_ray.schema.Sample`. Rows are returned as plain dicts: validating them
@@ -17,20 +17,31 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from pkb_ray import formats
 from pkb_ray.names import Backend
-from pkb_ray.pkb.solutions import is_solution_folder, read_solutions
 
 _HEADER = re.compile(r"^#\s*([a-z_]+):\s*(.*?)\s*$")
 
 
-def read_samples(path: str | Path, model: str = "replay") -> list[dict[str, Any]]:
-    path = Path(path)
+def read_samples(path: str | Path, model: str = "replay", problems: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The rows of a sample file or folder; with ``problems`` (id -> Problem, loaded), each format's
+    notes that need them too (:meth:`pkb_ray.formats.SampleFormat.annotate`)."""
+    rows = _read(Path(path), model)
+    if problems is not None:
+        for fmt in formats.every():
+            fmt.annotate(rows, problems)
+    return rows
+
+
+def _read(path: Path, model: str) -> list[dict[str, Any]]:
     if path.is_file():
         return _read_file(path)
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: no such sample file or folder")
-    if is_solution_folder(path):  # ParallelKernelBench's <N>_<name>_<backend>.py files
-        return read_solutions(path, None if model == "replay" else model)
+    for fmt in formats.every():  # a folder of another format's files
+        rows = fmt.read(path, model)
+        if rows is not None:
+            return rows
     files = sorted(p for p in path.rglob("*") if p.suffix in (".jsonl", ".parquet"))
     if files:
         return [row for f in files for row in _read_file(f)]

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pkb_ray import formats
 from pkb_ray.config import ALL_PROBLEMS, ConfigError, HardwareConfig, SweepConfig
 from pkb_ray.paths import CODE_ROOT, CONF_DIR, DATA_ROOT
 from pkb_ray.problem import LADDER, Problem
@@ -23,18 +24,11 @@ def resolve_path(path: str) -> Path:
 
 def with_problems_folder(cfg: SweepConfig) -> SweepConfig:
     """``cfg`` with ``problems_dir`` naming the folder its problems are loaded from everywhere (gangs,
-    compile workers, rank processes): for ``problems.format=pkb`` the generated PKB problem files."""
-    if cfg.problems.format == "native":
+    compile workers, rank processes): the files its ``problems.format`` writes at start, if any
+    (:meth:`pkb_ray.formats.SampleFormat.problems_folder`)."""
+    folder = formats.get(cfg.problems.format).problems_folder(cfg)
+    if folder is None:
         return cfg
-    if not cfg.pkb.root:
-        raise ConfigError("pkb.root: problems.format=pkb needs the path of a ParallelKernelBench checkout")
-    from pkb_ray.pkb.checkout import CheckoutError
-    from pkb_ray.pkb.shims import write_shims
-
-    try:
-        folder = write_shims(resolve_path(cfg.pkb.root), cfg.pkb.shim_dir, faithful=cfg.pkb.faithful_inputs)
-    except CheckoutError as exc:
-        raise ConfigError(str(exc)) from None
     return cfg.model_copy(update={"problems_dir": str(folder)})
 
 

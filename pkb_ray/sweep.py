@@ -24,7 +24,6 @@ from pkb_ray.llm import api_key
 from pkb_ray.names import Status
 from pkb_ray.paths import CONF_DIR
 from pkb_ray.pipeline import select_rows
-from pkb_ray.pkb.solutions import number_mismatches
 from pkb_ray.problem import load_problems
 from pkb_ray.refine import evaluate_and_refine
 from pkb_ray.results import newest, read_results
@@ -51,8 +50,7 @@ def run(cfg: SweepConfig, out_dir: Path, sweep_group: str | None = None, job: st
     generated_dir = resolve_path(cfg.generated_dir) if cfg.generated_dir else out_dir / "generated"
     if cfg.model.provider == "replay":
         # all problems: a row naming a problem of none is kept (validate reports it), one of another set is not
-        rows = read_samples(resolve_path(cfg.model.samples), cfg.model.name)
-        number_mismatches(rows, {pid: p.module.NUMBER for pid, p in problems.items() if hasattr(p.module, "NUMBER")})
+        rows = read_samples(resolve_path(cfg.model.samples), cfg.model.name, problems)
         rows = select_rows(rows, cfg, problems)
         start_ray(cfg)
     else:

@@ -98,7 +98,7 @@ class Finding(Record):
     message: str = ""
     max_abs_error: float | None = None
     kind: Literal["", "value", "missing", "commit"] = ""
-    pkb: bool | None = None  # the first trial, by PKB's own rule
+    second: bool | None = None  # the first trial, by the second rule (pkb_ray.formats.second_verdict)
 
 
 class ChecksReport(Report):

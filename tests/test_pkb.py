@@ -8,14 +8,15 @@ import pytest
 import torch
 
 from conftest import REPO
+from pkb_ray.backend_rules import multicast_use, pk_world_size
 from pkb_ray.config import ConfigError, SweepConfig
-from pkb_ray.correctness import compare, pkb_agrees
+from pkb_ray.correctness import compare
 from pkb_ray.names import Status
 from pkb_ray.pkb import runtime
 from pkb_ray.pkb.checkout import CheckoutError, references
 from pkb_ray.pkb.shims import write_shims
 from pkb_ray.pkb.solutions import number_mismatches
-from pkb_ray.pkb.static import multicast_use, pk_world_size
+from pkb_ray.pkb.verdict import pkb_agrees
 from pkb_ray.problem import InputContext, load_problems
 from pkb_ray.samples import read_samples
 from pkb_ray.placement import Layout

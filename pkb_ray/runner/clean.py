@@ -13,7 +13,8 @@ from typing import Any, Callable
 
 import torch
 
-from pkb_ray.correctness import aliases, compare, copy_tree, fingerprint, output_devices, pkb_agrees, structure
+from pkb_ray import formats
+from pkb_ray.correctness import aliases, compare, copy_tree, fingerprint, output_devices, structure
 from pkb_ray.runner import tensor_io
 from pkb_ray.runner.protocol import Side, StepFailed, tensor_file
 from pkb_ray.runner.resident import BUDGET_BYTES, Resident, nbytes
@@ -76,13 +77,14 @@ class CleanSession(RankSession):
                 found.append(_finding(seed, "output", f"outputs unreadable: {exc}"))
                 continue
             bad = compare(expected["outputs"], actual.get("outputs"), tol.atol, tol.rtol, "output")
-            pkb = pkb_agrees(expected["outputs"], actual.get("outputs")) if seed == cmd.seeds[0] else None
+            rule = formats.second_verdict() if seed == cmd.seeds[0] else None
+            second = rule.agrees(expected["outputs"], actual.get("outputs")) if rule else None
             if bad is None:
                 bad = compare(expected["inputs_after"], actual.get("inputs_after"), 0.0, 0.0, "input")
                 if bad is not None:
                     bad = type(bad)(bad.where, "changed by the call (the reference leaves it as it was): " + bad.message)
-            found.append(_finding(seed, bad.where, bad.message, bad.max_abs_error, pkb=pkb) if bad
-                         else _finding(seed, pkb=pkb))
+            found.append(_finding(seed, bad.where, bad.message, bad.max_abs_error, second=second) if bad
+                         else _finding(seed, second=second))
         return ChecksReport(checks=found)
 
     def check_timed(self, cmd: CheckTimed) -> ChecksReport:
@@ -132,7 +134,7 @@ class CleanSession(RankSession):
 
 
 def _finding(id_: int, where: str = "", message: str = "", max_abs_error: float | None = None,
-             kind: str = "value", pkb: bool | None = None) -> Finding:
+             kind: str = "value", second: bool | None = None) -> Finding:
     return Finding(id=id_, ok=not message, where=where, message=message, max_abs_error=max_abs_error,
-                   kind=kind if message else "", pkb=pkb)
+                   kind=kind if message else "", second=second)
 

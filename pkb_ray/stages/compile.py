@@ -7,9 +7,10 @@ architecture, on a pool of CPU-only Ray actors, in parallel; a source shared by 
 is built once, and a build already in the cache is not built again. nvcc's errors become the
 sample's ``compile_error`` message.
 
-A ParallelKernelBench sample that builds torch extensions with ``load_inline`` has them built here
-too, by a sandboxed import of the sample (:mod:`pkb_ray.runner.extensions`), into a cache folder of
-its own that its rank imports from.
+A sample of a format whose samples build torch extensions with ``load_inline``
+(:attr:`pkb_ray.formats.SampleFormat.builds_extensions`) has them built here too, by a sandboxed
+import of the sample (:mod:`pkb_ray.runner.extensions`), into a cache folder of its own that its
+rank imports from.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from pkb_ray import allowlist, sandbox
+from pkb_ray import allowlist, formats, sandbox
 from pkb_ray.cuda import DEFAULT_ARCH, BuildSpec, CudaBuildError, build, find_sources
 from pkb_ray.names import Status
 from pkb_ray.paths import CODE_ROOT
@@ -48,8 +49,8 @@ class BuildSettings:
 
 
 def needs_build(sample: Sample) -> bool:
-    """CUDA sources (``load_cuda``), or torch extensions of a PKB-format sample (``load_inline``)."""
-    return uses_cuda(sample) or (sample.metadata.get("format") == "pkb" and extensions.builds_inline(sample.source))
+    """CUDA sources (``load_cuda``), or torch extensions (``load_inline``) of a format whose samples build them."""
+    return uses_cuda(sample) or (formats.of(sample.metadata).builds_extensions and extensions.builds_inline(sample.source))
 
 
 def compile_sample(sample: Sample, where: Where | int, category: str = "") -> Sample | Result:
@@ -86,8 +87,8 @@ def build_sources(module_source: str, settings: BuildSettings) -> dict[str, Any]
 
 def build_inline(module_source: str, settings: BuildSettings, paths: Sequence[str] = ()) -> dict[str, Any]:
     """Build a sample's ``load_inline`` extensions into its own cache folder: {"folder", "seconds",
-    "built", "skipped"} or {"error"}. ``paths``: what the sample imports besides torch (a PKB
-    checkout), put on its ``sys.path`` and left readable in the sandbox."""
+    "built", "skipped"} or {"error"}. ``paths``: what the sample imports besides torch (its problem's
+    ``READABLE`` folders), put on its ``sys.path`` and left readable in the sandbox."""
     t0 = time.monotonic()
     root = settings.cache_dir.parent / "torch_ext"
     final = extensions.sample_folder(root, module_source)

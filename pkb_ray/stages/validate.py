@@ -3,9 +3,10 @@
 A row that cannot be evaluated as given becomes an ``invalid_sample`` result: not a valid Sample
 record, an unknown problem, a world size the problem does not support, an unknown backend, empty
 or oversized source, no top-level ``solution`` function, or a ``solution`` whose parameters
-differ from the reference's (PKB solutions, which PKB calls positionally, need only as many).
-A sample that needs NVLink multicast on hardware that has it off becomes ``unsupported_hardware``
-(:mod:`pkb_ray.pkb.static`): it is never built or launched. Source that does not parse is left to the compile stage, which
+differ from the reference's (a format whose benchmark calls ``solution`` positionally needs only as
+many: :attr:`pkb_ray.formats.SampleFormat.positional`). A sample that needs NVLink multicast on
+hardware that has it off becomes ``unsupported_hardware`` (:mod:`pkb_ray.backend_rules`): it is
+never built or launched. Source that does not parse is left to the compile stage, which
 reports it as ``compile_error`` with the compiler's message.
 """
 
@@ -17,8 +18,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pkb_ray.pkb.solutions import REMOVED
-from pkb_ray.pkb.static import multicast_use, pk_world_size
+from pkb_ray import formats
+from pkb_ray.backend_rules import multicast_use, pk_world_size
 from pkb_ray.problem import Problem
 from pkb_ray.names import BACKENDS, Backend, Status
 from pkb_ray.schema import Result, Sample, Where
@@ -64,9 +65,7 @@ def _as_sample(row: dict[str, Any]) -> tuple[Sample | None, str]:
 
 def _problem_mismatch(sample: Sample, problem: Problem | None, world_size: int) -> str:
     if problem is None:
-        if sample.metadata.get("pkb_problem") == REMOVED:
-            return f"problem {sample.metadata.get('pkb_name', sample.problem_id)!r} was removed from PKB upstream"
-        return f"unknown problem id {sample.problem_id!r}"
+        return formats.of(sample.metadata).unknown_problem(sample) or f"unknown problem id {sample.problem_id!r}"
     if not problem.meta.world_sizes.supports(world_size):
         return f"problem {problem.id} does not support world size {world_size} ({problem.meta.world_sizes})"
     if sample.backend not in BACKENDS:
@@ -97,7 +96,7 @@ def _source_problem(sample: Sample, problem: Problem) -> str:
     if isinstance(fn, ast.AsyncFunctionDef):
         return "solution must be a plain function, not async"
     params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
-    if sample.metadata.get("format") == "pkb":  # PKB calls solution(*inputs): names are free
+    if formats.of(sample.metadata).positional:  # called as solution(*inputs): names are free
         if fn.args.vararg is None and len(params) != len(problem.signature):
             return f"solution takes {len(params)} arguments; the reference takes {len(problem.signature)}"
         return ""

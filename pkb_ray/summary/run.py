@@ -38,7 +38,7 @@ class RunSummary:
     correct_speedups: list[float]  # of every correct, timed sample
     across_nodes: pd.DataFrame | None  # the same samples inside one node and across nodes
     sizes: pd.DataFrame | None  # problems measured at several sizes
-    verdicts: pd.DataFrame | None  # PKB's rule beside ours
+    verdicts: pd.DataFrame | None  # a second rule beside ours (pkb_ray.formats.second_verdict)
     run: pd.DataFrame  # hardware, versions, and what the caller adds (config, the W&B run)
     timing: str  # which times the speedups use
 

@@ -3,11 +3,16 @@
 Always shown, in order (:data:`SECTIONS`): leaderboard (one row per model, ranked by fast_1.0@1
 then pass@1), pass@k and fast_1.0@k curves, speedups of correct samples per category, why samples
 fail, per problem, the models x problems grid, every sample (HTML only) and the run. Shown when the
-run has them (:data:`OPTIONAL`): across nodes, PKB's verdict beside ours, refinement rounds,
+run has them (:data:`OPTIONAL`): across nodes, a second rule's verdict beside ours
+(:func:`pkb_ray.formats.second_verdict`), refinement rounds,
 size sweeps.
 """
 
 import math
+
+from pkb_ray import formats
+
+_SECOND = formats.second_verdict()
 
 NOTES = {
     "leaderboard": "pass@1: chance that one sample of a problem is correct on every rank, averaged over problems. "
@@ -25,9 +30,7 @@ NOTES = {
     "nodes": "The same samples on gangs spread over nodes (hardware.spread), beside the same world size inside one "
              "node: the reference's median time in each (measured beside every sample), how much slower it is "
              "across nodes, and the model's best speedup over each reference.",
-    "verdicts": "pkb_verdict is ParallelKernelBench's own rule on the same outputs (first call only, allclose "
-                "1e-2 after a float cast; dtype, inputs and timed calls not checked). Each row: a model's samples "
-                "that one rule passes and the other does not, with pkb_ray's status and the first line of why.",
+    "verdicts": _SECOND.note if _SECOND else "",
     "grid": "Each cell: the share of the model's samples of the problem that are correct, and the best "
             "correct speedup (a link to that sample).",
     "samples": "Every result, by model and problem: open one for its message, each rank's median time and "
@@ -43,7 +46,7 @@ NOTES = {
 SECTIONS = {"leaderboard": "Leaderboard", "pass-at-k": "pass@k and fast_1.0@k", "speedups": "Speedups of correct samples",
             "failures": "Why samples fail", "problems": "Per problem", "grid": "Models x problems",
             "samples": "Every sample", "run": "The run"}
-OPTIONAL = {"nodes": "Across nodes", "verdicts": "PKB's verdict beside pkb_ray's",
+OPTIONAL = {"nodes": "Across nodes", "verdicts": _SECOND.title if _SECOND else "A second verdict",
             "refinement": "After each refinement round", "sizes": "Against message size"}
 
 

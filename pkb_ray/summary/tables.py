@@ -8,6 +8,7 @@ import math
 
 import pandas as pd
 
+from pkb_ray import formats
 from pkb_ray.metrics import fast_col, pass_col
 from pkb_ray.names import Status
 from pkb_ray.results import RESULT_KEY
@@ -116,23 +117,25 @@ def across_nodes(scored: pd.DataFrame) -> pd.DataFrame | None:
     return pd.DataFrame(out)
 
 
-def verdicts(rows: pd.DataFrame) -> pd.DataFrame | None:
-    """Per model: samples judged by both rules, how many each passes, and every sample where they
-    disagree (None when no row has PKB's verdict)."""
-    if "pkb_verdict" not in rows or rows["pkb_verdict"].isna().all():
+def verdicts(rows: pd.DataFrame, rule: formats.SecondVerdict | None = None) -> pd.DataFrame | None:
+    """Per model: samples judged by both rules (``rule``: the second one, by default
+    :func:`pkb_ray.formats.second_verdict`), how many each passes, and every sample where they
+    disagree (None when no row has the second rule's verdict)."""
+    rule = rule or formats.second_verdict()
+    if rule is None or rule.column not in rows or rows[rule.column].isna().all():
         return None
-    both = rows[rows["pkb_verdict"].notna()]
-    pkb_ok = both["pkb_verdict"].astype(bool)
+    both = rows[rows[rule.column].notna()]
+    second_ok = both[rule.column].astype(bool)
     ours_ok = both["status"] == CORRECT
     out = []
     for model, g in both.groupby("model", sort=True):
-        p, o = pkb_ok[g.index], ours_ok[g.index]
-        out.append({"model": model, "sample": "(all)", "judged": len(g), "pkb_correct": int(p.sum()),
+        p, o = second_ok[g.index], ours_ok[g.index]
+        out.append({"model": model, "sample": "(all)", "judged": len(g), rule.passes: int(p.sum()),
                     "pkb_ray_correct": int(o.sum()), "status": "", "why": ""})
         for _, r in g[p != o].sort_values(["problem_id", "sample_index"]).iterrows():
             message = str(r["message"]).strip()
             out.append({"model": model, "sample": f"{r['problem_id']}/{r['sample_index']}", "judged": 1,
-                        "pkb_correct": int(bool(r["pkb_verdict"])), "pkb_ray_correct": int(r["status"] == CORRECT),
+                        rule.passes: int(bool(r[rule.column])), "pkb_ray_correct": int(r["status"] == CORRECT),
                         "status": r["status"], "why": message.splitlines()[0][:160] if message else ""})
     return pd.DataFrame(out)
 

@@ -162,6 +162,6 @@ def test_an_isolation_level_that_cannot_be_had_fails_at_start_naming_the_key(mon
 def test_a_model_is_never_asked_for_parallelkittens():
     raw = {"model": {"provider": "openai", "name": "m", "base_url": "http://127.0.0.1:9/v1", "model_id": "m"},
            "backend": {"backends": ["cuda", "parallelkittens"]}}
-    with pytest.raises(ConfigError, match="backend.backends: parallelkittens samples come from PKB"):
+    with pytest.raises(ConfigError, match="backend.backends: parallelkittens samples are read from sample folders"):
         validate_config(raw)
     assert validate_config({"backend": {"backends": ["parallelkittens"]}}).backend.backends == ["parallelkittens"]

@@ -18,13 +18,14 @@ LAYERS = {  # 7 = the command, 6 = entry points ... 1 = pure data and rules
         "runner.session", "runner.clean", "runner.candidate", "runner.watch", "runner.graphs", "runner.loading",
         "runner.tensor_io", "runner.trace", "cuda", "sandbox", "allowlist", "reaper", "reference_store", "freezer"],
     1: ["problem", "schema", "metrics", "timing", "correctness", "config", "placement", "results", "samples",
-        "selection", "verdict", "wire", "paths", "names", "scheduler", "interference", "deadlines", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.static",
-        "problem_helpers"],
+        "selection", "verdict", "wire", "paths", "names", "scheduler", "interference", "deadlines", "formats",
+        "backend_rules", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.format",
+        "pkb.verdict", "problem_helpers"],
 }
 PURE = [  # no Ray, no processes
     "problem", "problem_helpers", "schema", "metrics", "timing", "correctness", "config", "placement", "results",
-    "samples", "selection", "verdict", "wire", "paths", "names", "scheduler", "interference", "deadlines", "pkb",
-    "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.static"]
+    "samples", "selection", "verdict", "wire", "paths", "names", "scheduler", "interference", "deadlines", "formats",
+    "backend_rules", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.format", "pkb.verdict"]
 LAYER = {f"pkb_ray.{m}": n for n, mods in LAYERS.items() for m in mods}
 
 

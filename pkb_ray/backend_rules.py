@@ -1,12 +1,12 @@
-"""Static checks of PKB-style samples, made before anything is built or launched.
+"""Rules of a backend that hold whatever format a sample comes in, checked before anything is built or launched.
 
 - NVLink multicast. ParallelKittens kernels synchronise through multicast objects
   (``cuMulticastCreate``): ``barrier_t``, multicast PGLs (``pgl<..., true>`` is the default), the
-  ``multimem`` instructions, and PKB's runtime helpers that allocate with ``multicast=True``. On
+  ``multimem`` instructions, and the ParallelKittens runtime helpers that allocate with ``multicast=True``. On
   hardware whose profile says ``nvlink_multicast: false`` such a sample is refused with the
   pattern that gave it away: on shared machines creating a multicast object can take GPUs out of
   service, so it must never be tried. A direct ``cuMulticastCreate`` is refused in any backend.
-- World size. A ParallelKittens kernel is compiled for ``NUM_DEVICES`` ranks (8 in PKB's runtime,
+- World size. A ParallelKittens kernel is compiled for ``NUM_DEVICES`` ranks (8 in ParallelKittens' runtime,
   unless the source says otherwise) and runs at that world size only.
 """
 
@@ -32,7 +32,7 @@ def multicast_use(source: str, backend: str) -> str:
             return _quote(source, m.start())
     if backend != Backend.PARALLELKITTENS:
         return ""
-    for name in _CALLS_NEEDING_FALSE:  # PKB's helpers default to multicast=True
+    for name in _CALLS_NEEDING_FALSE:  # these helpers default to multicast=True
         for m in re.finditer(rf"\b{name}\s*\(", source):
             args = _balanced(source, m.end() - 1, "(", ")")
             if not re.search(r"multicast\s*=\s*False", args):
