@@ -3,18 +3,21 @@
     python -m pkb_ray.baselines hardware=h200_2 eval=gpu            # every problem, default size
     python -m pkb_ray.baselines problems=smoke eval.size=small       # on CPU (gloo): a check
 
-For every chosen problem and every gang layout of the hardware profile it supports (each world
-size of ``hardware.world_sizes`` on one node, each ``hardware.spread`` layout over nodes), the
-problem's own reference is evaluated as a candidate through the harness (fresh rank processes,
-the same timing protocol as samples), and its time is recorded with the speed-of-light time of
-the hardware profile, the fraction of it the reference reaches, and the versions (torch, NCCL,
-GPU). The table is written to ``<baselines_dir>/<hardware.name>.json`` (merged with rows already
-there for other problems, sizes or layouts) and read back by :func:`load` for reports and
-``docs/problems.md``.
-
-One-node world sizes run on this machine without Ray (GPUs 0..W-1). Spread layouts run on gangs
-of the Ray cluster (``ray.address``), like a sweep's: e.g. ``hardware.spread=[2x4]`` on two nodes
-gives, for each problem at W=8, the reference across nodes beside the one inside a node.
+Each chosen problem's own reference source is a sample (:func:`reference_sample`, model
+``reference``), and these samples go through the run's pipeline like a sweep's
+(:func:`pkb_ray.pipeline.run_pipeline`: validate, compile, the gang pool): each is evaluated on
+every gang layout of the hardware profile its problem supports (each world size of
+``hardware.world_sizes`` on one node, each ``hardware.spread`` layout over nodes), with the same
+timing protocol as samples, on gangs of the Ray cluster (``ray.address``, or a local Ray). Their
+result rows are Parquet under ``<run>/results`` (or ``results_dir``) as a sweep's are;
+:class:`BaselineSink` turns each into its baseline row as it arrives, with the speed-of-light
+time of the hardware profile, the fraction of it the reference reaches and the versions (torch,
+NCCL, GPU), and saves it to ``<baselines_dir>/<hardware.name>.json`` at once (merged with rows
+already there for other problems, sizes or layouts), so a run cut short keeps what it measured.
+:func:`load` reads the table back for reports and ``docs/problems.md``. A cluster without room
+for a gang of every layout fails at start, before any measurement: e.g. ``hardware.spread=[2x4]``
+needs two nodes, and then gives, for each problem at W=8, the reference across nodes beside the
+one inside a node.
 """
 
 from __future__ import annotations
@@ -23,23 +26,20 @@ import json
 import logging
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig
 
 from pkb_ray.cluster import start_ray
-from pkb_ray.config import SweepConfig
+from pkb_ray.config import HardwareConfig, SweepConfig
 from pkb_ray.entry import run_job
-from pkb_ray.harness import Harness
 from pkb_ray.names import Status
 from pkb_ray.paths import CONF_DIR
-from pkb_ray.pipeline import where_for
-from pkb_ray.placement import Layout
+from pkb_ray.pipeline import run_pipeline
 from pkb_ray.problem import Problem, load_problems, sol_time_us
-from pkb_ray.schema import EvalTask, Result, Sample
+from pkb_ray.schema import Result, Sample
 from pkb_ray.selection import check_against_problems, resolve_path, with_problems_folder
-from pkb_ray.stages.gang_pool import GangPool
 
 log = logging.getLogger("pkb_ray.baselines")
 KEY = ("problem_id", "world_size", "nodes", "size", "dtype")
@@ -47,6 +47,12 @@ KEY = ("problem_id", "world_size", "nodes", "size", "dtype")
 
 def reference_sample(p: Problem) -> Sample:
     return Sample(problem_id=p.id, model="reference", sample_index=0, source=p.source())
+
+
+def reference_rows(hardware: HardwareConfig, problems: dict[str, Problem], ids: list[str]) -> list[dict[str, Any]]:
+    """The pipeline's sample rows: the reference of each of ``ids`` that some layout of ``hardware`` fits."""
+    return [reference_sample(problems[pid]).model_dump() for pid in ids
+            if any(problems[pid].meta.world_sizes.supports(lay.world_size) for lay in hardware.layouts)]
 
 
 def row_for(cfg: SweepConfig, p: Problem, r: Result) -> dict[str, Any]:
@@ -69,33 +75,32 @@ def row_for(cfg: SweepConfig, p: Problem, r: Result) -> dict[str, Any]:
     }
 
 
-def measure(cfg: SweepConfig, problems: dict[str, Problem], ids: list[str], work_dir: Path) -> Iterator[dict[str, Any]]:
-    """One baseline row per (problem, supported layout), each as soon as it is measured."""
-    for w in cfg.hardware.world_sizes:
-        chosen = [pid for pid in ids if problems[pid].meta.world_sizes.supports(w)]
-        if not chosen:
-            continue
-        devices = [f"cuda:{i}" for i in range(w)] if cfg.hardware.device == "cuda" else ["cpu"] * w
-        harness = Harness(devices, cfg.eval, cfg.hardware, problems, work_dir=work_dir / f"w{w}",
-                          cache_dir=cfg.cache_path)
-        try:
-            for pid in chosen:
-                for where in where_for(cfg, problems, pid, Layout(1, w)):
-                    yield row_for(cfg, problems[pid], harness.evaluate(reference_sample(problems[pid]), where))
-        finally:
-            harness.close()
-    spread = cfg.hardware.spread_layouts
-    tasks = [EvalTask(reference_sample(problems[pid]), where) for lay in spread
-             for pid in ids if problems[pid].meta.world_sizes.supports(lay.world_size)
-             for where in where_for(cfg, problems, pid, lay)]
-    if tasks:
-        start_ray(cfg, spread)
-        pool = GangPool(cfg)
-        try:
-            for _, r in pool.evaluate(tasks):
-                yield row_for(cfg, problems[r.problem_id], r)
-        finally:
-            pool.shutdown()
+class BaselineSink:
+    """The baseline table's sink of a pipeline run (its ``on_result``): each result row becomes its
+    baseline row (:func:`row_for`) as it arrives, and, with ``baselines_dir``, is saved to the
+    table at once. The pipeline calls it under its lock, one result at a time."""
+
+    def __init__(self, cfg: SweepConfig, problems: dict[str, Problem], baselines_dir: Path | None = None):
+        self.cfg, self.problems, self.baselines_dir = cfg, problems, baselines_dir
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, result: Result) -> None:
+        row = row_for(self.cfg, self.problems[result.problem_id], result)
+        self.rows.append(row)
+        if self.baselines_dir is not None:
+            save(self.baselines_dir, self.cfg.hardware, [row])
+
+
+def measure(cfg: SweepConfig, problems: dict[str, Problem], ids: list[str], results_dir: Path,
+            baselines_dir: Path | None = None) -> list[dict[str, Any]]:
+    """One baseline row per (problem, supported layout, size), the references evaluated through the
+    run's pipeline (Ray must be up; the result rows go to ``results_dir``); with ``baselines_dir``,
+    each row is saved to the table as soon as it is measured."""
+    sink = BaselineSink(cfg, problems, baselines_dir)
+    problems_dir = str(resolve_path(cfg.problems_dir)) if cfg.problems_dir else None
+    run_pipeline(reference_rows(cfg.hardware, problems, ids), cfg, problems, results_dir, on_result=sink.add,
+                 resume=False, problems_dir=problems_dir)
+    return sink.rows
 
 
 def path_for(baselines_dir: Path, hardware_name: str) -> Path:
@@ -139,18 +144,16 @@ def run(cfg: SweepConfig, out_dir: Path) -> Path:
     cfg = with_problems_folder(cfg)
     problems = load_problems(resolve_path(cfg.problems_dir) if cfg.problems_dir else None)
     ids = sorted(check_against_problems(cfg, problems))
-    if cfg.hardware.spread:
-        start_ray(cfg, cfg.hardware.spread_layouts)  # a cluster without room for them fails now, before any measurement
+    start_ray(cfg)  # a cluster without room for a gang of every layout fails now, before any measurement
     baselines_dir = resolve_path(cfg.baselines_dir)
-    path = path_for(baselines_dir, cfg.hardware.name)
-    rows: list[dict[str, Any]] = []
-    for row in measure(cfg, problems, ids, out_dir / "work"):
-        rows.append(row)
-        save(baselines_dir, cfg.hardware, [row])  # a run cut short keeps what it measured
+    results_dir = resolve_path(cfg.results_dir) if cfg.results_dir else out_dir / "results"
+    results_dir.mkdir(parents=True, exist_ok=True)  # before any gang starts: the rank sandboxes hide it
+    rows = measure(cfg, problems, ids, results_dir, baselines_dir)
     failed = [r for r in rows if r["status"] != Status.CORRECT.value]
-    print(f"{len(rows) - len(failed)} baselines -> {path}" + (f"; {len(failed)} failed: " + ", ".join(
-        f"{r['problem_id']} {r['layout']} ({r['status']})" for r in failed) if failed else ""), flush=True)
-    return path
+    print(f"{len(rows) - len(failed)} baselines -> {path_for(baselines_dir, cfg.hardware.name)}" + (
+        f"; {len(failed)} failed: " + ", ".join(f"{r['problem_id']} {r['layout']} ({r['status']})" for r in failed)
+        if failed else ""), flush=True)
+    return path_for(baselines_dir, cfg.hardware.name)
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")

@@ -29,23 +29,22 @@ import ray
 from pkb_ray import reaper, sandbox
 from pkb_ray.config import ConfigError, SweepConfig
 from pkb_ray.paths import CONF_DIR
-from pkb_ray.placement import Layout, fits, no_room
+from pkb_ray.placement import fits, no_room
 
 log = logging.getLogger(__name__)
 NOSET_CUDA = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
 GRAFANA_DASHBOARD = CONF_DIR / "grafana" / "pkb_ray_dashboard.json"
 
 
-def start_ray(cfg: SweepConfig, layouts: list[Layout] | None = None) -> None:
+def start_ray(cfg: SweepConfig) -> None:
     """Join the Ray cluster of ``cfg.ray.address``, or start a local one (logical GPUs on CPU); then
-    check that it can hold a gang of each of ``layouts`` (default: every layout of the run), or
-    raise ConfigError naming the key."""
+    check that it can hold a gang of every layout of the run, or raise ConfigError naming the key."""
     announce_isolation(cfg.eval.isolation)
     os.environ[NOSET_CUDA] = "1"  # ranks pick their own GPU among all of the node's
     if not ray.is_initialized():
         _init_ray(cfg)
     gpus = node_gpus()
-    for lay in cfg.hardware.layouts if layouts is None else layouts:
+    for lay in cfg.hardware.layouts:
         if not fits(lay, gpus):
             key = ("hardware.world_sizes" if lay.nodes == 1 else
                    f"hardware.spread.{cfg.hardware.spread_layouts.index(lay)}")

@@ -156,8 +156,8 @@ class HardwareConfig(_Strict):
 
     name: str = "cpu_gloo"
     device: Literal["cpu", "cuda"] = "cpu"
-    world_sizes: list[int] = Field([2], min_length=1,
-                                   description="evaluate every sample at each of these (that its problem supports)")
+    world_sizes: list[int] = Field([2], description="evaluate every sample at each of these (that its problem "
+                                                   "supports), on one node; empty: the spread layouts only")
     gpus_per_node: int = Field(2, ge=1, description="GPUs per node (logical ones on a CPU machine)")
     nodes: int = Field(1, ge=1)
     arch: str | None = None
@@ -197,7 +197,9 @@ class HardwareConfig(_Strict):
 
     @model_validator(mode="after")
     def _fits(self) -> "HardwareConfig":
-        if len(set(self.world_sizes)) != len(self.world_sizes) or min(self.world_sizes) < 1:
+        if not self.world_sizes and not self.spread:
+            raise ValueError("world_sizes is empty and so is spread: no layout to evaluate on")
+        if len(set(self.world_sizes)) != len(self.world_sizes) or min(self.world_sizes, default=1) < 1:
             raise ValueError(f"world_sizes {self.world_sizes} must be distinct positive integers")
         too_big = [w for w in self.world_sizes if w > self.gpus_per_node]
         if too_big:  # a gang of world_sizes lives on one node; layouts over nodes go in spread

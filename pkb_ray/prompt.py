@@ -58,8 +58,8 @@ def tolerances(problem: Problem, cfg: EvalConfig) -> str:
 
 def messages(problem: Problem, backend: str, cfg: SweepConfig, world_size: int | None = None) -> list[dict]:
     """The chat messages asking for one solution of ``problem`` in ``backend``."""
-    w = world_size or next((x for x in cfg.hardware.world_sizes if problem.meta.world_sizes.supports(x)),
-                           cfg.hardware.world_sizes[0])
+    sizes = cfg.hardware.world_sizes or [lay.world_size for lay in cfg.hardware.spread_layouts]
+    w = world_size or next((x for x in sizes if problem.meta.world_sizes.supports(x)), sizes[0])
     label, knobs = problem.size(cfg.eval.size)
     fields = {
         "problem_id": problem.id, "problem_name": problem.meta.name, "signature": ", ".join(problem.signature),
@@ -98,7 +98,7 @@ def feedback(result: dict, cfg: SweepConfig, slow_below: float) -> str:
         details = (f"At input size {result.get('size')} (of the {sizes} sizes it was evaluated at, one {which}):"
                    f"\n{details}")
     return _template("feedback.md").safe_substitute(
-        hardware=describe_hardware(cfg.hardware, int(result.get("world_size") or cfg.hardware.world_sizes[0])),
+        hardware=describe_hardware(cfg.hardware, int(result.get("world_size") or cfg.hardware.layouts[0].world_size)),
         world_size=result.get("world_size"), status=status, details=details, goal=goal).strip()
 
 

@@ -5,12 +5,16 @@
     .venv/bin/python scripts/emulate_nodes.py --gpus-per-node 1 hardware=cpu_gloo hardware.nodes=2 \\
         'hardware.spread=[2x1]' problems=smoke                                         # CPU, gloo
 
-Starts ``--nodes`` Ray nodes (ray.cluster_utils.Cluster) of ``--gpus-per-node`` GPUs each. On a
-GPU machine each node is started with CUDA_VISIBLE_DEVICES naming its own GPUs, so Ray hands the
-gang on node k the physical GPUs of node k (the ranks renumber them: pkb_ray.runner.rank); without
-GPUs they are logical. Every argument after the options goes to ``pkb_ray.baselines`` (with
-``ray.address`` set to the fake cluster). The profile's ``spread_nccl_env`` is what makes NCCL
-treat the fake nodes as separate machines (no P2P, no shared memory: sockets).
+Two runs of ``pkb_ray.baselines``, one after the other, into the same table; every argument after
+the options goes to both. First the profile's one-node layouts (``hardware.world_sizes``) on a
+local Ray of this whole machine (``hardware.spread=[]``): the comparison point, which fake nodes
+of one GPU could not hold. Then the spread layouts (``hardware.world_sizes=[]``) against
+``--nodes`` fake Ray nodes (ray.cluster_utils.Cluster) of ``--gpus-per-node`` GPUs each, with
+``ray.address`` set to them. On a GPU machine each fake node is started with CUDA_VISIBLE_DEVICES
+naming its own GPUs, so Ray hands the gang on node k the physical GPUs of node k (the ranks
+renumber them: pkb_ray.runner.rank); without GPUs they are logical. The profile's
+``spread_nccl_env`` is what makes NCCL treat the fake nodes as separate machines (no P2P, no
+shared memory: sockets).
 """
 
 from __future__ import annotations
@@ -41,6 +45,11 @@ def main() -> int:
         print(f"error: {args.nodes} nodes x {args.gpus_per_node} GPUs need {args.nodes * args.gpus_per_node}, "
               f"this machine has {physical}", file=sys.stderr)
         return 2
+    baselines = [sys.executable, "-m", "pkb_ray.baselines", *overrides]
+    print("inside one node: the one-node layouts on a local Ray of this machine", flush=True)
+    code = subprocess.run([*baselines, "hardware.spread=[]"], cwd=REPO).returncode
+    if code:
+        return code
     os.environ["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] = "1"
     saved = os.environ.get("CUDA_VISIBLE_DEVICES")
     cluster = None
@@ -60,8 +69,8 @@ def main() -> int:
         else:
             os.environ["CUDA_VISIBLE_DEVICES"] = saved
         print(f"fake cluster: {args.nodes} nodes x {args.gpus_per_node} GPU(s) at {cluster.address}", flush=True)
-        cmd = [sys.executable, "-m", "pkb_ray.baselines", f"ray.address={cluster.address}", *overrides]
-        return subprocess.run(cmd, cwd=REPO).returncode
+        return subprocess.run([*baselines, f"ray.address={cluster.address}", "hardware.world_sizes=[]"],
+                              cwd=REPO).returncode
     finally:
         if cluster is not None:
             ray.shutdown()

@@ -1,4 +1,5 @@
-"""`python -m pkb_ray.baselines` on CPU (gloo): a real harness times each reference; the table merges."""
+"""`python -m pkb_ray.baselines` on CPU (gloo): the references go through the run's pipeline (gangs
+of a local Ray); each result becomes a row of the table as it arrives; the table merges."""
 
 import json
 import os
@@ -6,8 +7,12 @@ import subprocess
 import sys
 
 from pkb_ray import baselines
-from pkb_ray.config import HardwareConfig
+from pkb_ray.config import HardwareConfig, SweepConfig
+from pkb_ray.names import Status
+from pkb_ray.placement import Layout
 from pkb_ray.problem import load_problems
+from pkb_ray.results import read_results
+from pkb_ray.schema import Result, Where
 
 
 def run(tmp_path, *overrides):
@@ -27,6 +32,11 @@ def test_baselines_are_measured_recorded_and_merged(tmp_path):
     for r in rows:
         assert r["status"] == "correct" and r["ref_time_us"] > 0 and 0 < r["sol_fraction"]
         assert r["size"] == "small" and r["versions"]["torch"] and r["hardware"] == "cpu_gloo"
+    # the pipeline's own result rows: each reference a sample of model "reference", on a gang
+    results = read_results(tmp_path / "run" / "results")
+    assert sorted(zip(results["problem_id"], results["world_size"])) == sorted(
+        (r["problem_id"], r["world_size"]) for r in rows)
+    assert set(results["model"]) == {"reference"} and all(g.startswith("gang-w") for g in results["gang"])
     # a second run for another problem adds its rows and keeps the others
     second = run(tmp_path, "problems.ids=[broadcast]")
     assert second.returncode == 0, second.stderr[-3000:]
@@ -50,3 +60,24 @@ def test_a_spread_layout_the_cluster_cannot_hold_fails_at_start(tmp_path):
     bad = run(tmp_path, "problems=smoke", "hardware.nodes=2", "hardware.spread=[2x1]")
     assert bad.returncode == 2 and "hardware.spread.0: 2x1 needs 2 node(s)" in bad.stderr, bad.stderr[-2000:]
     assert not (tmp_path / "baselines" / "cpu_gloo.json").exists()
+
+
+def test_the_sink_saves_each_row_as_it_arrives(tmp_path):
+    # what a run cut short keeps: every result the sink was given is in the table already
+    cfg = SweepConfig()
+    problems = load_problems()
+    sink = baselines.BaselineSink(cfg, problems, tmp_path / "b")
+    where = Where(Layout(1, 2), hardware="cpu_gloo", device_backend="gloo", size="small", dtype="float32")
+    ok = Result.for_sample(baselines.reference_sample(problems["all_reduce"]), Status.CORRECT,
+                           **where.fields).model_copy(update={"ref_time_us": 200.0, "ref_iqr_us": [3.0, 5.0]})
+    sink.add(ok)
+    [row] = baselines.load(tmp_path / "b", "cpu_gloo")
+    assert row["problem_id"] == "all_reduce" and row["layout"] == "1x2" and row["ref_iqr_us"] == 5.0
+    assert row["sol_fraction"] == row["sol_time_us"] / 200.0
+    crashed = Result.for_sample(baselines.reference_sample(problems["all_gather"]), Status.CRASH, "rank 1 died",
+                                **where.fields)
+    sink.add(crashed)
+    rows = {r["problem_id"]: r for r in baselines.load(tmp_path / "b", "cpu_gloo")}
+    assert rows["all_gather"]["status"] == "crash" and rows["all_gather"]["ref_time_us"] is None
+    assert rows["all_gather"]["message"] == "rank 1 died" and [r["problem_id"] for r in sink.rows] == [
+        "all_reduce", "all_gather"]

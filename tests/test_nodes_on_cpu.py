@@ -130,16 +130,17 @@ def test_baselines_inside_one_node_and_across_two(two_nodes, tmp_path):
                      "network_gbps": 0.5},
         "cache_dir": str(tmp_path / "cache"),
     })
-    rows = list(baselines.measure(cfg, load_problems(), ["all_gather", "all_reduce"], tmp_path / "work"))
+    # through the run's pipeline, on the fake cluster: one-node gangs and spread ones alike
+    rows = baselines.measure(cfg, load_problems(), ["all_gather", "all_reduce"], tmp_path / "results", tmp_path / "b")
     got = {(r["problem_id"], r["nodes"]): r for r in rows}
     assert set(got) == {("all_gather", 1), ("all_gather", 2), ("all_reduce", 1), ("all_reduce", 2)}
     for (pid, nodes), r in got.items():
         assert r["status"] == "correct" and r["ref_time_us"] > 0 and r["layout"] == f"{nodes}x{2 // nodes}", r
     # across nodes the network (0.5 GB/s here) bounds the speed of light, not the link inside a node
     assert got[("all_reduce", 2)]["sol_time_us"] > got[("all_reduce", 1)]["sol_time_us"]
-    path = baselines.save(tmp_path / "b", cfg.hardware, rows)
+    # each row was saved to the table as it arrived
     assert {(r["problem_id"], r["nodes"]) for r in baselines.load(tmp_path / "b", cfg.hardware.name)} == set(got)
-    assert path.name == "cpu_gloo.json"
+    assert baselines.path_for(tmp_path / "b", cfg.hardware.name).name == "cpu_gloo.json"
 
 
 def test_a_rank_numbers_its_gpu_among_those_its_node_lets_it_see():

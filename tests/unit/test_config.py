@@ -27,6 +27,12 @@ def test_group_choice_and_key_overrides():
     assert cfg.eval.trials == 7 and cfg.problems.ids == ["all_reduce", "all_gather"]
 
 
+def test_a_run_of_spread_layouts_only():
+    # e.g. scripts/emulate_nodes.py: fake nodes of one GPU each hold the 2x1 gang, not a W=2 one
+    cfg = validate_config(composed("hardware.world_sizes=[]", "hardware.nodes=2", "hardware.spread=[2x1]"))
+    assert [str(lay) for lay in cfg.hardware.layouts] == ["2x1"]
+
+
 @pytest.mark.parametrize(
     "override, key",
     [
@@ -36,6 +42,7 @@ def test_group_choice_and_key_overrides():
         ("wandb.mode=sometimes", "wandb.mode"),
         ("hardware.world_sizes=[16]", "hardware"),
         ("hardware.world_sizes=[2,2]", "hardware"),
+        ("hardware.world_sizes=[]", "hardware"),  # and no spread: no layout at all
         ("+eval.colour=red", "eval.colour"),
         ("backend.backends=[fortran]", "backend.backends.0"),
         ("eval.tolerances={all_reduce:{float32:{atol:-1,rtol:0}}}", "eval.tolerances.all_reduce.float32.atol"),
