@@ -57,7 +57,7 @@ for step in $STEPS; do
     graph)     timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_graph_on_gpu.py 2>&1 | tail -40 ;;
     graph_bench) timeout 540 python3 scripts/bench_kernels.py --device cuda --timing-mode both --copies --timeout 40 \
                  ${KERNELS:+--only "$KERNELS"} --out "$OUT/kernels_graph.json" 2>&1 | grep -v Warning ;;
-    baselines) timeout 540 python3 -m pkb_ray.baselines hardware=h200_2 $SHORT "${ONLY[@]}" \
+    baselines) timeout 540 python3 -m pkb_ray.baselines hardware=h200_2 ray.include_dashboard=false $SHORT "${ONLY[@]}" \
                  "baselines_dir=$OUT/baselines" hydra.run.dir=/tmp/baselines_run 2>&1 | tail -70 ;;
     nodes)     timeout 540 python3 scripts/emulate_nodes.py --nodes 2 --gpus-per-node 1 hardware=h200_2x1_socket \
                  $SHORT problems=collectives "baselines_dir=$OUT/baselines_nodes" hydra.run.dir=/tmp/nodes_run 2>&1 | tail -40 ;;
@@ -66,7 +66,7 @@ for step in $STEPS; do
                done ;;
     scale_bench) timeout 540 python3 scripts/bench_kernels.py --device cuda --world-size "$W" --dtype bfloat16 \
                  --sizes 4K,64K,256K,1M,16M,64M,256M --timeout 40 --out "$OUT/kernels_w$W.json" 2>&1 | grep -v Warning ;;
-    scale_baselines) timeout 540 python3 -m pkb_ray.baselines hardware=h200_8 "hardware.world_sizes=[$W]" $SHORT \
+    scale_baselines) timeout 540 python3 -m pkb_ray.baselines hardware=h200_8 "hardware.world_sizes=[$W]" ray.include_dashboard=false $SHORT \
                  "${ONLY[@]}" "baselines_dir=$OUT/baselines" hydra.run.dir=/tmp/baselines_run 2>&1 | tail -70 ;;
     scale_throughput) for w in 2 4 "$W"; do
                  timeout 170 python3 scripts/bench_throughput.py --device cuda --world-size $w --samples 200 --naive 0 \

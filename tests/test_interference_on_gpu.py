@@ -37,7 +37,9 @@ def test_no_reference_slowing_sample_gains_a_speedup(harness, name):
     r = h.evaluate(Sample(problem_id="all_reduce", model="hostile", sample_index=1, source=(HOSTILE / name).read_text()))
     assert r.status in (Status.CORRECT, Status.TAMPERING, Status.TIMEOUT), r.message
     if r.status == Status.CORRECT:
-        assert r.speedup <= 1.15 * honest, (r.speedup, honest)
+        # eager reference copies at W=1 spread 0.92-1.13 (docs/benchmarks/interference.md), so two
+        # honest evaluations can differ by ~1.23x; before the clean set, this class gained 11-15x
+        assert r.speedup <= 1.3 * honest, (r.speedup, honest)
 
 
 def test_a_stalling_sample_ends_at_its_deadline(harness):
