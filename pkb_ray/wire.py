@@ -173,32 +173,31 @@ class Command(Record):
         return []
 
 
-class ComputeReference(Command):
-    answer = ReferenceReport
-    step: Literal["reference"] = Step.REFERENCE
+class OnSeeds(Command):
+    """A step over input seeds, with one tensor file per seed and rank."""
+
     case: Case
     seeds: list[int]
-    out_dir: str
 
     @property
     def files(self) -> list[int]:
         return self.seeds
 
 
-class RunTrials(Command):
+class ComputeReference(OnSeeds):
+    answer = ReferenceReport
+    step: Literal["reference"] = Step.REFERENCE
+    out_dir: str
+
+
+class RunTrials(OnSeeds):
     answer = TrialsReport
     step: Literal["trials"] = Step.TRIALS
-    case: Case
     candidate_path: str
-    seeds: list[int]
     structure: dict[str, dict[str, list]]  # rank -> seed -> the reference's output structure
     out_dir: str
     prebuilt: str = ""  # the compile stage's torch extensions for this sample
     arch_list: str = ""
-
-    @property
-    def files(self) -> list[int]:
-        return self.seeds
 
 
 class TimeRegion(Command):
@@ -239,19 +238,13 @@ class Keep(Command):
         return [self.id] if self.index is not None else []
 
 
-class CheckTrials(Command):
+class CheckTrials(OnSeeds):
     answer = ChecksReport
     step: Literal["check_trials"] = Step.CHECK_TRIALS
-    case: Case
-    seeds: list[int]
     expected_dir: str
     expected_sha256: dict[str, str]  # file name -> content hash, from the store's MAC-checked manifest
     actual_dir: str
     tolerance: Tol
-
-    @property
-    def files(self) -> list[int]:
-        return self.seeds
 
 
 class CheckTimed(Command):
