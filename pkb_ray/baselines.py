@@ -28,18 +28,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import hydra
-from omegaconf import DictConfig
-
 from pkb_ray.cluster import start_ray
 from pkb_ray.config import HardwareConfig, SweepConfig
-from pkb_ray.entry import run_job
+from pkb_ray.entry import hydra_main
 from pkb_ray.names import Status
-from pkb_ray.paths import CONF_DIR
 from pkb_ray.pipeline import run_pipeline
-from pkb_ray.problem import Problem, load_problems, sol_time_us
+from pkb_ray.problem import Problem, sol_time_us
 from pkb_ray.schema import Result, Sample
-from pkb_ray.selection import check_against_problems, resolve_path, with_problems_folder
+from pkb_ray.selection import job_inputs, resolve_path
 
 log = logging.getLogger("pkb_ray.baselines")
 KEY = ("problem_id", "world_size", "nodes", "size", "dtype")
@@ -141,14 +137,12 @@ def rescore(baselines_dir: Path, hardware, problems: dict[str, Problem]) -> Path
 
 
 def run(cfg: SweepConfig, out_dir: Path) -> Path:
-    cfg = with_problems_folder(cfg)
-    problems = load_problems(resolve_path(cfg.problems_dir) if cfg.problems_dir else None)
-    ids = sorted(check_against_problems(cfg, problems))
+    inputs = job_inputs(cfg, out_dir)
+    cfg, problems, results_dir = inputs.cfg, inputs.problems, inputs.results_dir
     start_ray(cfg)  # a cluster without room for a gang of every layout fails now, before any measurement
     baselines_dir = resolve_path(cfg.baselines_dir)
-    results_dir = resolve_path(cfg.results_dir) if cfg.results_dir else out_dir / "results"
     results_dir.mkdir(parents=True, exist_ok=True)  # before any gang starts: the rank sandboxes hide it
-    rows = measure(cfg, problems, ids, results_dir, baselines_dir)
+    rows = measure(cfg, problems, sorted(inputs.chosen), results_dir, baselines_dir)
     failed = [r for r in rows if r["status"] != Status.CORRECT.value]
     print(f"{len(rows) - len(failed)} baselines -> {path_for(baselines_dir, cfg.hardware.name)}" + (
         f"; {len(failed)} failed: " + ", ".join(f"{r['problem_id']} {r['layout']} ({r['status']})" for r in failed)
@@ -156,9 +150,7 @@ def run(cfg: SweepConfig, out_dir: Path) -> Path:
     return path_for(baselines_dir, cfg.hardware.name)
 
 
-@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
-def main(raw: DictConfig) -> None:
-    run_job(raw, lambda cfg: run(cfg, Path(cfg.output_dir)))
+main = hydra_main(lambda cfg: run(cfg, Path(cfg.output_dir)))
 
 
 if __name__ == "__main__":

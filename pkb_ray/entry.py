@@ -11,11 +11,13 @@ import signal
 import sys
 from typing import Callable
 
+import hydra
 import ray
 from omegaconf import DictConfig, OmegaConf
 
 from pkb_ray.config import ConfigError, SweepConfig, validate_config
 from pkb_ray.llm import GenerationError
+from pkb_ray.paths import CONF_DIR
 from pkb_ray.problem import ProblemError
 
 USER_ERRORS = (ConfigError, ProblemError, FileNotFoundError, GenerationError)
@@ -37,3 +39,14 @@ def run_job(raw: DictConfig, job: Callable[[SweepConfig], object]) -> None:
     finally:
         if ray.is_initialized() and not raw.get("ray", {}).get("address"):  # ours, not a cluster we joined
             ray.shutdown()
+
+
+def hydra_main(job: Callable[[SweepConfig], object]) -> Callable[[], None]:
+    """The ``main()`` of an entry point: Hydra composes conf/config.yaml with the command line's
+    overrides (``-m`` for a sweep), then :func:`run_job` runs ``job`` on the validated config."""
+
+    @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
+    def main(raw: DictConfig) -> None:
+        run_job(raw, job)
+
+    return main

@@ -52,17 +52,6 @@ log = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 10.0  # on_progress at most this often during a run (and once at its end)
 
 
-def select_rows(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str, Problem]) -> list[dict[str, Any]]:
-    """Keep the rows of the problems and backends this run covers (rows naming unknown problems stay:
-    validate reports them)."""
-    ids = set(cfg.problems.ids or problems)
-    if cfg.problems.categories:
-        ids &= {p.id for p in problems.values() if p.meta.category in cfg.problems.categories}
-    backends = cfg.backend.backends
-    return [r for r in rows if (r.get("problem_id") in ids or r.get("problem_id") not in problems)
-            and (backends is None or r.get("backend", Backend.TORCH) in backends)]
-
-
 def layouts_for(row: dict[str, Any], problems: dict[str, Problem], layouts: list[Layout]) -> list[Layout]:
     """The run's gang layouts whose world size this row's problem supports (the first one, if none:
     validate says why)."""

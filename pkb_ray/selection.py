@@ -1,4 +1,5 @@
-"""What a run covers: paths given in a config, and the problems it chooses (checked against the config).
+"""What a run covers: paths given in a config, the problems it chooses (checked against the config),
+and the sample rows it replays; :func:`job_inputs` resolves all of it for one job.
 
 Shared by the entry points (``pkb_ray.sweep``, ``pkb_ray.baselines``).
 """
@@ -6,13 +7,16 @@ Shared by the entry points (``pkb_ray.sweep``, ``pkb_ray.baselines``).
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pkb_ray import formats
 from pkb_ray.config import ALL_PROBLEMS, ConfigError, HardwareConfig, SweepConfig
+from pkb_ray.names import Backend
 from pkb_ray.paths import CODE_ROOT, CONF_DIR, DATA_ROOT
-from pkb_ray.problem import LADDER, Problem
+from pkb_ray.problem import LADDER, Problem, load_problems
+from pkb_ray.samples import read_samples
 
 
 def resolve_path(path: str) -> Path:
@@ -91,3 +95,46 @@ def check_against_problems(cfg: SweepConfig, problems: dict[str, Problem]) -> di
             if dtype not in dtypes:
                 raise ConfigError(f"eval.tolerances.{pid}.{dtype}: not a dtype of {pid} ({sorted(dtypes)})")
     return chosen
+
+
+def select_rows(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str, Problem]) -> list[dict[str, Any]]:
+    """Keep the rows of the problems and backends this run covers (rows naming unknown problems stay:
+    validate reports them)."""
+    ids = set(cfg.problems.ids or problems)
+    if cfg.problems.categories:
+        ids &= {p.id for p in problems.values() if p.meta.category in cfg.problems.categories}
+    backends = cfg.backend.backends
+    return [r for r in rows if (r.get("problem_id") in ids or r.get("problem_id") not in problems)
+            and (backends is None or r.get("backend", Backend.TORCH) in backends)]
+
+
+@dataclass(frozen=True)
+class JobInputs:
+    """What one job runs on, resolved from its config before any work: the config with its problems
+    folder filled in, every problem of its source and the chosen ones, and its folders."""
+
+    cfg: SweepConfig
+    problems: dict[str, Problem]
+    chosen: dict[str, Problem]
+    problems_dir: str | None  # the folder every process loads the problems from (None: the shipped ones)
+    results_dir: Path
+    generated_dir: Path
+
+    def replayed_rows(self) -> list[dict[str, Any]]:
+        """The sample rows of ``model.samples`` this run covers. All problems are loaded: a row naming
+        a problem of none is kept (validate reports it), one of another set is not."""
+        rows = read_samples(resolve_path(self.cfg.model.samples), self.cfg.model.name, self.problems)
+        return select_rows(rows, self.cfg, self.problems)
+
+
+def job_inputs(cfg: SweepConfig, out_dir: Path) -> JobInputs:
+    """Resolve ``cfg`` for a job writing under ``out_dir``; a config naming what does not exist fails
+    here (:class:`~pkb_ray.config.ConfigError`, naming the key)."""
+    cfg = with_problems_folder(cfg)
+    problems = load_problems(resolve_path(cfg.problems_dir) if cfg.problems_dir else None)
+    chosen = check_against_problems(cfg, problems)
+    return JobInputs(
+        cfg=cfg, problems=problems, chosen=chosen,
+        problems_dir=str(resolve_path(cfg.problems_dir)) if cfg.problems_dir else None,
+        results_dir=resolve_path(cfg.results_dir) if cfg.results_dir else out_dir / "results",
+        generated_dir=resolve_path(cfg.generated_dir) if cfg.generated_dir else out_dir / "generated")

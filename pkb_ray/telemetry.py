@@ -56,6 +56,11 @@ class RunMetrics:
         return f"progress: {self.describe(now)}"
 
     @property
+    def correct(self) -> int:
+        """Results this run has written so far that are correct."""
+        return self.statuses["correct"]
+
+    @property
     def done(self) -> int:
         """Results this run has written so far."""
         return sum(self.statuses.values())

@@ -41,6 +41,33 @@ def make_harness(problems, cache_dir, tmp_path):
         h.close()
 
 
+@pytest.fixture(scope="session")
+def shared_harness(problems, cache_dir, tmp_path_factory):
+    """``shared_harness(world_size, **eval_overrides)``: one harness per setting for the whole session,
+    as a gang keeps one for every sample it is given. Tests whose samples are hostile use it on
+    purpose: a harness must judge the next sample right whatever the last one did. A test that
+    needs its own (private paths, its own cache, counting rank sets, closing it) takes
+    ``make_harness``. The three most recently used stay open (each keeps a clean rank set)."""
+    made: dict[tuple, Harness] = {}
+
+    def get(world_size: int = 2, **eval_overrides) -> Harness:
+        key = (world_size, tuple(sorted((k, repr(v)) for k, v in eval_overrides.items())))
+        if key not in made:
+            settings = dict(trials=2, timing_sets=2, warmup=2, rounds=10, max_round_calls=1, timeout_s=20, prewarm=0)
+            settings.update(eval_overrides)
+            made[key] = Harness(["cpu"] * world_size, EvalConfig(**settings),
+                                HardwareConfig(world_sizes=[world_size], gpus_per_node=world_size), problems,
+                                work_dir=tmp_path_factory.mktemp("shared"), cache_dir=cache_dir)
+            while len(made) > 3:
+                made.pop(next(iter(made))).close()
+        made[key] = made.pop(key)  # the newest last
+        return made[key]
+
+    yield get
+    for h in made.values():
+        h.close()
+
+
 @contextlib.contextmanager
 def local_ray(gpus: int):
     """A local Ray with ``gpus`` logical GPUs, its processes setting no CUDA_VISIBLE_DEVICES (as gangs want)."""

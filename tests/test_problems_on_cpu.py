@@ -107,10 +107,10 @@ def test_a_reference_that_kills_its_rank_fails_alone(tmp_path):
 
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.parametrize("pid", HARNESS_IDS)
-def test_copy_of_reference_is_correct(make_harness, pid, world_size):
+def test_copy_of_reference_is_correct(shared_harness, pid, world_size):
     if not ALL[pid].meta.world_sizes.supports(world_size):
         pytest.skip(f"{pid} does not run at W={world_size}")
-    h = make_harness(world_size, rounds=5)
+    h = shared_harness(world_size, rounds=5)  # one per world size, as a gang's
     sample = Sample(problem_id=pid, model="test", sample_index=0, source=ALL[pid].source())
     result = h.evaluate(sample)
     assert result.status == Status.CORRECT, result.message

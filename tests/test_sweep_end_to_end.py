@@ -2,12 +2,21 @@
 
 Every shipped sample says which status it is made to produce (``# expect: ...``); together they
 cover the whole taxonomy, and each must get exactly its status.
+
+The shipped set is evaluated once for the whole module, the way a user's run goes when it is cut
+short twice: a driver stopped by SIGTERM, a resume killed by SIGKILL, a resume that finishes, and
+the same command once more (nothing left to do). Each test reads the phase it is about.
 """
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -15,45 +24,133 @@ import pytest
 
 import wandb_files
 from conftest import REPO
+from pkb_ray import reaper
 from pkb_ray.metrics import summarize
 from pkb_ray.names import Status
 from pkb_ray.results import read_results
 from pkb_ray.samples import read_samples
 
+SHIPPED = read_samples(REPO / "samples" / "replay")
+ENV = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
+
+
+def sweep_cmd(tmp_path, run_dir, *overrides) -> list[str]:
+    return [sys.executable, "-m", "pkb_ray.sweep", f"hydra.run.dir={run_dir}", "ray.include_dashboard=false",
+            "eval.timeout_s=8", "eval.rounds=30", f"cache_dir={tmp_path / 'cache'}", *overrides]
+
 
 def sweep(tmp_path, run_dir, *overrides):
-    env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
-    return subprocess.run(
-        [sys.executable, "-m", "pkb_ray.sweep", f"hydra.run.dir={run_dir}", "ray.include_dashboard=false",
-         "eval.timeout_s=8", "eval.rounds=30", f"cache_dir={tmp_path / 'cache'}", *overrides],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900,
-    )
+    return subprocess.run(sweep_cmd(tmp_path, run_dir, *overrides), cwd=tmp_path, env=ENV, capture_output=True,
+                          text=True, timeout=900)
 
 
-def test_sweep_on_shipped_set(tmp_path):
-    run_dir = tmp_path / "run"
-    proc = sweep(tmp_path, run_dir)
+def _cmdline(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@dataclass
+class ShippedRun:
+    """What each phase of the module's run of the shipped set left, for the tests to judge."""
+
+    results: Path  # the one results folder every phase writes to
+    run_dir: Path  # the resume that finished: its W&B run and report
+    term_log: str = ""
+    term_had: int = 0  # results the SIGTERMed driver had said it had
+    after_term: pd.DataFrame | None = None
+    killed_tree: dict = field(default_factory=dict)  # the SIGKILLed driver's processes
+    killed_had_ranks: bool = False  # rank processes among them when it was killed
+    killed_survivors: list[str] = field(default_factory=list)
+    after_kill: pd.DataFrame | None = None
+    finish: subprocess.CompletedProcess | None = None
+    again: subprocess.CompletedProcess | None = None
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory) -> ShippedRun:
+    tmp = tmp_path_factory.mktemp("shipped")
+    run = ShippedRun(results=tmp / "results", run_dir=tmp / "run3")
+    results_arg = f"results_dir={run.results}"
+    # 1. SIGTERM (a scheduler's stop, `timeout`) once the driver has said it has 3 results
+    log = tmp / "driver1.log"
+    with open(log, "w") as out:
+        driver = subprocess.Popen(sweep_cmd(tmp, tmp / "run1", results_arg), cwd=tmp, env=ENV, stdout=out,
+                                  stderr=subprocess.STDOUT)
+        progress = re.compile(r"\[(\d+) evaluated, (\d+) results\]")
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and len(progress.findall(log.read_text())) < 3:
+            time.sleep(0.2)
+        driver.send_signal(signal.SIGTERM)
+        driver.wait(timeout=120)
+    run.term_log = log.read_text()
+    run.term_had = max((int(m[1]) for m in progress.findall(run.term_log)), default=0)
+    run.after_term = read_results(run.results)
+    # 2. a resume, SIGKILLed (no clean-up) once 5 more results are on disk
+    driver = subprocess.Popen(sweep_cmd(tmp, tmp / "run2", results_arg), cwd=tmp, env=ENV,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and len(read_results(run.results)) < len(run.after_term) + 5:
+        time.sleep(0.5)
+    run.killed_tree = reaper.descendants({driver.pid})  # its local Ray, the gangs, their rank processes
+    run.killed_had_ranks = any("pkb_ray.runner.rank" in _cmdline(pid) for pid in run.killed_tree)
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(reaper._running(p, st) for p, st in run.killed_tree.items()):
+        time.sleep(0.5)
+    run.killed_survivors = [_cmdline(p) for p, st in run.killed_tree.items() if reaper._running(p, st)]
+    run.after_kill = read_results(run.results)
+    # 3. a resume that finishes; 4. the same again: nothing left
+    run.finish = sweep(tmp, run.run_dir, results_arg)
+    run.again = sweep(tmp, tmp / "run4", results_arg)
+    return run
+
+
+def test_a_terminated_driver_writes_every_result_it_had(shipped):
+    """SIGTERM (a scheduler's stop, `timeout`) or SIGINT: every result the driver had logged is on disk
+    after it exits. Before, rows were written 16 at a time and SIGTERM lost the rest."""
+    written = shipped.after_term
+    assert shipped.term_had >= 3 and len(written) >= shipped.term_had, shipped.term_log[-3000:]
+    assert len(written) < len(SHIPPED) and written["sample_key"].is_unique
+
+
+def test_a_killed_driver_leaves_nothing_running_loses_nothing_written_and_a_resume_duplicates_nothing(shipped):
+    assert shipped.killed_had_ranks
+    # before, ~10 Ray and rank processes per kill kept running, gangs still evaluating 10 minutes later
+    assert shipped.killed_survivors == []
+    written = shipped.after_kill
+    assert len(shipped.after_term) + 5 <= len(written) < len(SHIPPED) and written["sample_key"].is_unique
+    # a file cut short by the kill would be a *.parquet.tmp, which readers never pick up
+    assert shipped.finish.returncode == 0, shipped.finish.stderr[-3000:]
+    final = read_results(shipped.results)
+    assert len(final) == len(SHIPPED) and final["sample_key"].is_unique
+    assert set(written["sample_key"]) <= set(final["sample_key"])
+
+
+def test_sweep_on_shipped_set(shipped):
+    proc, run_dir = shipped.finish, shipped.run_dir
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ALL" in proc.stdout and "pass@1" in proc.stdout
 
-    shipped = read_samples(REPO / "samples" / "replay")
-    expected = {(r["problem_id"], r["sample_index"]): r["metadata"]["expect"] for r in shipped}
+    expected = {(r["problem_id"], r["sample_index"]): r["metadata"]["expect"] for r in SHIPPED}
     assert {Status(s) for s in expected.values()} == set(Status)  # the set covers the taxonomy
 
-    df = read_results(run_dir / "results")
+    df = read_results(shipped.results)
     got = {(r.problem_id, r.sample_index): r.status for r in df.itertuples()}
-    assert len(df) == len(shipped) and got == expected
+    assert len(df) == len(SHIPPED) and got == expected
     assert df["sample_key"].is_unique
     correct = df[df["status"] == "correct"]
     assert correct["speedup"].notna().all() and (correct["sol_fraction"] > 0).all()
     assert (df["world_size"] == 2).all() and set(df["device_backend"]) == {"gloo"}
     # partitioned by model and problem
-    assert sorted(p.name for p in (run_dir / "results" / "model=replay").iterdir()) == sorted(
-        f"problem_id={p}" for p in {r["problem_id"] for r in shipped})
-    for f in (run_dir / "results").rglob("*.parquet"):
+    assert sorted(p.name for p in (shipped.results / "model=replay").iterdir()) == sorted(
+        f"problem_id={p}" for p in {r["problem_id"] for r in SHIPPED})
+    for f in shipped.results.rglob("*.parquet"):
         assert pq.read_schema(f).field("status").type == "string"
-    plain = pd.read_parquet(run_dir / "results")  # any Parquet reader opens the folder as it is
-    assert len(plain) == len(shipped) and list(plain.columns).count("problem_id") == 1
+    plain = pd.read_parquet(shipped.results)  # any Parquet reader opens the folder as it is
+    assert len(plain) == len(SHIPPED) and list(plain.columns).count("problem_id") == 1
 
     # W&B (offline): the resolved config, the summary metrics as computed from the Parquet, the tables
     runs = list((run_dir / "wandb").glob("offline-run-*"))
@@ -68,9 +165,9 @@ def test_sweep_on_shipped_set(tmp_path):
     assert wandb_files.run_record(run_file).run_group == ""  # a single run is not part of a sweep
     # named after what makes the run what it is (before: every run was "replay-cpu_gloo")
     assert wandb_files.run_record(run_file).display_name == "replay-cpu_gloo [eval.rounds=30,eval.timeout_s=8]"
-    # progress while it ran (before: one history step at the end), the results as an Artifact
+    # progress while it ran (before: one history step at the end): this resume's own results
     done = wandb_files.history_steps(run_file, "progress/results")
-    assert done and done[-1] == len(shipped) and done == sorted(done)
+    assert done and done[-1] == len(SHIPPED) - len(shipped.after_kill) and done == sorted(done)
     assert (f"results-{runs[0].name.rsplit('-', 1)[-1]}", "results") in wandb_files.artifacts(run_file)
     assert {"pass_at_k_plot_table", "status_plot_table", "speedup_plot_table", "report"} <= {
         k.split("/")[0] for k in wandb_files.history_keys(run_file)}
@@ -78,107 +175,50 @@ def test_sweep_on_shipped_set(tmp_path):
     tables = {p.name.rsplit("_", 2)[0] for p in media.glob("*.table.json")}
     assert {"samples", "per_problem", "per_category", "pass_at_k"} <= tables
     per_sample = json.loads(next(media.glob("samples_*.table.json")).read_text())
-    assert len(per_sample["data"]) == len(shipped) and "source" in per_sample["columns"]
-    # the report beside the results
+    assert len(per_sample["data"]) == len(SHIPPED) and "source" in per_sample["columns"]
+    # the report beside the results: every row of the folder, those of the runs it resumed too
     page = (run_dir / "report.html").read_text()
-    assert 'id="leaderboard"' in page and page.count("<details id=") == len(shipped)
+    assert 'id="leaderboard"' in page and page.count("<details id=") == len(SHIPPED)
     assert "sample us (median)" in page and "offline: " in page  # per-rank times; where the W&B run is
     assert "## Why samples fail" in (run_dir / "report.md").read_text()
 
-    # the same sweep again into the same results folder: every sample is skipped, none is written twice
-    again = sweep(tmp_path, tmp_path / "run2", f"results_dir={run_dir / 'results'}")
+
+def test_the_same_sweep_again_skips_every_sample_and_writes_none_twice(shipped):
+    again = shipped.again
     assert again.returncode == 0, again.stderr[-3000:]
-    assert f"{len(shipped)} (sample, layout, size) evaluations already have a final result" in again.stdout + again.stderr
-    assert len(read_results(run_dir / "results")) == len(shipped) and "ALL" in again.stdout
+    assert f"{len(SHIPPED)} (sample, layout, size) evaluations already have a final result" in again.stdout + again.stderr
+    assert len(read_results(shipped.results)) == len(SHIPPED) and "ALL" in again.stdout
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def test_a_killed_driver_leaves_nothing_running_loses_nothing_written_and_a_resume_duplicates_nothing(tmp_path):
-    import signal
-    import time
-
-    results = tmp_path / "results"
-    env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
-    cmd = [sys.executable, "-m", "pkb_ray.sweep", f"hydra.run.dir={tmp_path / 'run1'}", "ray.include_dashboard=false",
-           "eval.timeout_s=8", "eval.rounds=30", f"cache_dir={tmp_path / 'cache'}", f"results_dir={results}"]
-    driver = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and len(read_results(results)) < 8:
-        time.sleep(0.5)
-    from pkb_ray import reaper
-
-    tree = reaper.descendants({driver.pid})  # its local Ray, the gangs, their rank processes
-    assert any("pkb_ray.runner.rank" in _cmdline(pid) for pid in tree)
-    os.kill(driver.pid, signal.SIGKILL)  # mid-run, no clean-up
-    driver.wait()
-    # before, ~10 Ray and rank processes per kill kept running, gangs still evaluating 10 minutes later
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(reaper._running(p, st) for p, st in tree.items()):
-        time.sleep(0.5)
-    assert not [_cmdline(p) for p, st in tree.items() if reaper._running(p, st)]
-    written = read_results(results)
-    assert 8 <= len(written) < len(read_samples(REPO / "samples" / "replay")) and written["sample_key"].is_unique
-    # a file cut short by the kill would be a *.parquet.tmp, which readers never pick up
-    again = sweep(tmp_path, tmp_path / "run2", f"results_dir={results}")
-    assert again.returncode == 0, again.stderr[-3000:]
-    final = read_results(results)
-    shipped = read_samples(REPO / "samples" / "replay")
-    assert len(final) == len(shipped) and final["sample_key"].is_unique
-    assert set(written["sample_key"]) <= set(final["sample_key"])
-
-
-def test_a_terminated_driver_writes_every_result_it_had(tmp_path):
-    """SIGTERM (a scheduler's stop, `timeout`) or SIGINT: every result the driver had logged is on disk
-    after it exits. Before, rows were written 16 at a time and SIGTERM lost the rest."""
-    import re
-    import signal
-    import time
-
-    results, log = tmp_path / "results", tmp_path / "driver.log"
-    env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
-    cmd = [sys.executable, "-m", "pkb_ray.sweep", f"hydra.run.dir={tmp_path / 'run'}", "ray.include_dashboard=false",
-           "eval.timeout_s=8", "eval.rounds=30", f"cache_dir={tmp_path / 'cache'}", f"results_dir={results}"]
-    with open(log, "w") as out:
-        driver = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
-        progress = re.compile(r"\[(\d+) evaluated, (\d+) results\]")
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and len(progress.findall(log.read_text())) < 3:
-            time.sleep(0.2)
-        driver.send_signal(signal.SIGTERM)
-        driver.wait(timeout=120)
-    had = max(int(m[1]) for m in progress.findall(log.read_text()))  # results known when it last said
-    written = read_results(results)
-    assert had >= 3 and len(written) >= had, log.read_text()[-3000:]
-    assert len(written) < len(read_samples(REPO / "samples" / "replay")) and written["sample_key"].is_unique
-
-
-def test_a_multirun_sweep_runs_each_combination_as_a_job_grouped_in_wandb(tmp_path):
-    env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
-    sweep_dir = tmp_path / "multi"
+@pytest.fixture(scope="module")
+def multirun(tmp_path_factory):
+    """``-m`` over two models, each job a size sweep of broadcast's two shipped samples timed both ways."""
+    tmp = tmp_path_factory.mktemp("multirun")
+    sweep_dir = tmp / "multi"
     proc = subprocess.run(
         [sys.executable, "-m", "pkb_ray.sweep", "-m", f"hydra.sweep.dir={sweep_dir}", "ray.include_dashboard=false",
-         "eval.timeout_s=8", "eval.rounds=20", f"cache_dir={tmp_path / 'cache'}", "problems.ids=[broadcast]",
-         "model.name=alpha,beta"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+         "eval.timeout_s=8", "eval.rounds=10", f"cache_dir={tmp / 'cache'}", "problems.ids=[broadcast]",
+         "eval.sizes=[small,{numel:8192}]", "eval.timing_mode=both", "model.name=alpha,beta"],
+        cwd=tmp, env=ENV, capture_output=True, text=True, timeout=900)
+    jobs = sorted(p for p in sweep_dir.iterdir() if p.is_dir() and (p / "results").is_dir()) \
+        if sweep_dir.is_dir() else []
+    return proc, sweep_dir, jobs
+
+
+def test_a_multirun_sweep_runs_each_combination_as_a_job_grouped_in_wandb(multirun, tmp_path):
+    proc, sweep_dir, jobs = multirun
     assert proc.returncode == 0, proc.stderr[-3000:]
-    jobs = sorted(p for p in sweep_dir.iterdir() if p.is_dir() and (p / "results").is_dir())
     # job folders are named by number and overrides; paths (cache_dir) are left out of the name
-    assert [p.name.split(",")[0] for p in jobs] == ["0_eval.rounds=20", "1_eval.rounds=20"]
+    assert [p.name.split(",")[0] for p in jobs] == ["0_eval.rounds=10", "1_eval.rounds=10"]
     assert "model.name=alpha" in jobs[0].name and "model.name=beta" in jobs[1].name and "cache" not in jobs[0].name
     groups, job_types = set(), set()
     for job, model in zip(jobs, ("alpha", "beta")):
         df = read_results(job / "results")
-        assert set(df["model"]) == {model} and set(df["problem_id"]) == {"broadcast"} and len(df) == 2
+        assert set(df["model"]) == {model} and set(df["problem_id"]) == {"broadcast"} and len(df) == 4
         run_file = next((job / "wandb").glob("offline-run-*/run-*.wandb"))
         groups.add(wandb_files.run_record(run_file).run_group)
         job_types.add(wandb_files.run_record(run_file).job_type)
-        assert wandb_files.summary(run_file)["n"] == 2
+        assert wandb_files.summary(run_file)["n"] == 4
     assert groups == {sweep_dir.name} and job_types == {jobs[0].name[2:], jobs[1].name[2:]}
     # one page over the sweep: the folder as it is, or its entries as a shell glob gives them
     # (multirun.yaml among them, which made the script fail before)
@@ -186,14 +226,13 @@ def test_a_multirun_sweep_runs_each_combination_as_a_job_grouped_in_wandb(tmp_pa
     for args in ([str(sweep_dir)], [str(p) for p in sorted(sweep_dir.iterdir())]):
         out = subprocess.run([sys.executable, str(REPO / "scripts/report.py"), *args, "--out", str(tmp_path / "page")],
                              capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0 and out.stdout.startswith("4 results"), out.stderr[-2000:]
+        assert out.returncode == 0 and out.stdout.startswith("8 results"), out.stderr[-2000:]
 
 
-def test_a_size_sweep_keys_rows_by_size_and_draws_them_against_bytes(tmp_path):
-    run_dir = tmp_path / "run"
-    proc = sweep(tmp_path, run_dir, "problems.ids=[broadcast]", "eval.sizes=[small,{numel:8192}]",
-                 "eval.timing_mode=both", "eval.rounds=10")
+def test_a_size_sweep_keys_rows_by_size_and_draws_them_against_bytes(multirun):
+    proc, _, jobs = multirun
     assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = jobs[0]
     df = read_results(run_dir / "results")
     # two shipped broadcast samples (a copy of the reference, one that crashes) x two sizes
     assert len(df) == 4 and sorted(set(df["size"])) == ["numel=8192", "small"]

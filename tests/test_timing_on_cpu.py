@@ -1,9 +1,13 @@
 """The first test of the timing protocol: a copy of the reference times at 1.00x.
 
-Tolerance, from measured spread (docs/benchmarks/timing.md): 24 evaluations of reference copies at
-W=2, 200 rounds, on a 2-core machine gave speedups 0.90-1.15 (stdev 0.045). Each run here must
-land in [0.75, 1.33] (about 6 stdev: a protocol bug, such as timing one side without its
-barrier or always running it first, shifts it further), and the median of three within 0.12 of 1.
+The noise model, measured (docs/benchmarks/timing.md): one evaluation of a reference copy at W=2,
+200 rounds, on the 2-core VM with nothing else running, gives a speedup whose spread is about
+0.10 (24 evaluations on 2026-12-02: 0.78-1.24, standard deviation 0.097, mean 1.01). Under the
+suite's own load a single evaluation has read as far out as 2.4 (a burst while one side ran). So
+no single evaluation is judged: the median of five must lie within [0.85, 1.18] (log-symmetric,
+about 3 standard deviations of a median of five; one or two bursts out of five move it little).
+A protocol bug that shifts every evaluation (one side timed without its barrier, or always first)
+by more than ~15 % fails it; a smaller bias would pass, and is what the benchmark page tracks.
 """
 
 import statistics
@@ -16,23 +20,22 @@ from pkb_ray.schema import Sample
 from pkb_ray.timing import calls_per_round, median_iqr, round_order, sample_time, speedup
 
 
-def test_copy_of_reference_times_at_one(make_harness, problems):
-    h = make_harness(2, rounds=200, warmup=10, timing_sets=3)
+def test_copy_of_reference_times_at_one(shared_harness, problems):
+    h = shared_harness(2, rounds=200, warmup=10, timing_sets=3)
     sample = Sample(problem_id="all_reduce", model="m", sample_index=0, source=problems["all_reduce"].source())
     speedups = []
-    for _ in range(3):
+    for _ in range(5):
         r = h.evaluate(sample)
         assert r.status == Status.CORRECT, r.message
         speedups.append(r.speedup)
-    assert all(0.75 <= s <= 1.33 for s in speedups), speedups
-    assert abs(statistics.median(speedups) - 1.0) <= 0.12, speedups
+    assert 0.85 <= statistics.median(speedups) <= 1.18, speedups
 
 
-def test_slower_candidate_is_measured_slower(make_harness, problems):
+def test_slower_candidate_is_measured_slower(shared_harness, problems):
     from conftest import REPO
 
     source = (REPO / "samples/replay/all_reduce/02_chunked_slower.py").read_text()
-    r = make_harness(2, rounds=50).evaluate(Sample(problem_id="all_reduce", model="m", sample_index=2, source=source))
+    r = shared_harness(2, rounds=50).evaluate(Sample(problem_id="all_reduce", model="m", sample_index=2, source=source))
     assert r.status == Status.CORRECT and r.speedup < 0.5  # 16 all-reduces instead of one
 
 
@@ -57,8 +60,8 @@ def test_calls_per_round_fill_the_round():
     assert calls_per_round(float("nan"), 2000.0, 500) == 500
 
 
-def test_timed_results_report_their_rounds(make_harness, problems):
-    r = make_harness(2, rounds=6, round_us=1500, max_round_calls=50).evaluate(
+def test_timed_results_report_their_rounds(shared_harness, problems):
+    r = shared_harness(2, rounds=6, round_us=1500, max_round_calls=50).evaluate(
         Sample(problem_id="broadcast", model="m", sample_index=0, source=problems["broadcast"].source()))
     assert r.status == Status.CORRECT, r.message
     assert r.calls_per_round >= 1 and 0 < r.timed_seconds < r.eval_seconds
@@ -132,9 +135,9 @@ def test_fresh_calls_batched_equal_each_call_made_alone(monkeypatch):
 
 
 @pytest.mark.parametrize("mode", ["eager", "graph", "both"])
-def test_timing_mode_is_in_the_row_and_graphs_fall_back_to_eager_off_the_gpu(make_harness, problems, mode):
+def test_timing_mode_is_in_the_row_and_graphs_fall_back_to_eager_off_the_gpu(shared_harness, problems, mode):
     # gloo ranks have no CUDA device to capture on: graph mode times both sides eager and says why
-    r = make_harness(2, rounds=6, timing_mode=mode).evaluate(
+    r = shared_harness(2, rounds=6, timing_mode=mode).evaluate(
         Sample(problem_id="broadcast", model="m", sample_index=0, source=problems["broadcast"].source()))
     assert r.status == Status.CORRECT, r.message
     assert r.timing_mode == "eager" and r.cand_time_us > 0
@@ -165,14 +168,14 @@ def test_a_graph_replays_new_inputs_only_when_they_fit_its_buffers():
     assert held.tolist() == [1.0, 2.0, 3.0] and buffers[0][1][0].tolist() == [4.0, 5.0]  # in place: the graph's addresses
 
 
-def test_a_tolerance_override_is_used_by_the_check_and_the_timing_step(make_harness, problems):
+def test_a_tolerance_override_is_used_by_the_check_and_the_timing_step(make_harness, shared_harness, problems):
     from conftest import REPO
     from pkb_ray.names import Status
     from pkb_ray.schema import Sample
 
     src = (REPO / "samples/replay/all_reduce/03_average_not_sum.py").read_text()
     sample = Sample(problem_id="all_reduce", model="t", sample_index=0, source=src)
-    strict = make_harness(2)
+    strict = shared_harness(2)
     assert strict.evaluate(sample).status == Status.WRONG_OUTPUT
     loose = make_harness(2, tolerances={"all_reduce": {"float32": {"atol": 1e9, "rtol": 0}}})
     assert loose.tolerance(problems["all_reduce"], "float32").reason == "set by eval.tolerances"

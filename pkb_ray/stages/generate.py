@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pkb_ray.config import ModelConfig, SweepConfig
-from pkb_ray.llm import ChatClient, GenerationError, extract_code
+from pkb_ray.llm import ChatClient, GenerationError, api_key, extract_code
 from pkb_ray.names import GENERATED_BACKENDS, Status
 from pkb_ray.problem import Problem
 from pkb_ray.prompt import feedback, messages
@@ -106,6 +106,13 @@ def write_rows(rows: list[dict[str, Any]], out_dir: Path, round_: int) -> Path:
     pq.write_table(pa.Table.from_pylist(rows, schema=ROW_SCHEMA), tmp)
     tmp.rename(final)  # a reader never sees half a file
     return final
+
+
+def first_round(cfg: SweepConfig, problems: dict[str, Problem], out_dir: Path) -> list[dict[str, Any]]:
+    """Round 0's sample rows for ``problems``. A missing API key fails here, before any request or
+    any other work (refinement rounds need it too, even when round 0 is all reused)."""
+    api_key(cfg.model)
+    return generate(first_requests(cfg, problems), cfg, out_dir)
 
 
 def generate(requests: list[dict[str, Any]], cfg: SweepConfig, out_dir: Path) -> list[dict[str, Any]]:

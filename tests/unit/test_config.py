@@ -97,7 +97,7 @@ def test_every_group_of_the_sweep_matrix_composes():
 
 
 def test_backend_choice_selects_samples(problems):
-    from pkb_ray.pipeline import select_rows
+    from pkb_ray.selection import select_rows
     from pkb_ray.samples import read_samples
 
     rows = read_samples(REPO / "samples" / "replay") + read_samples(REPO / "kernels", model="kernels")
@@ -111,7 +111,7 @@ def test_backend_choice_selects_samples(problems):
 
 
 def test_problem_choice_selects_samples_and_keeps_rows_of_unknown_problems(problems):
-    from pkb_ray.pipeline import select_rows
+    from pkb_ray.selection import select_rows
     from pkb_ray.samples import read_samples
 
     rows = read_samples(REPO / "samples" / "replay") + [{"problem_id": "no_such_problem", "source": ""}]

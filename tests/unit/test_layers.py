@@ -11,7 +11,7 @@ LAYERS = {  # 7 = the command, 6 = entry points ... 1 = pure data and rules
     6: ["sweep", "baselines", "entry", "cache"],
     5: ["pipeline", "refine", "tracking", "summary", "summary.run", "summary.tables", "summary.sizes",
         "summary.figures", "summary.sections", "summary.render_html", "summary.render_markdown",
-        "summary.render_text", "summary.render_wandb", "summary.pages", "summary.cli"],
+        "summary.render_text", "summary.render_wandb", "summary.pages", "summary.cli", "summary.publish"],
     4: ["stages.compile", "stages.gang_pool", "stages.generate", "stages.validate", "llm", "prompt", "telemetry"],
     3: ["gang", "cluster", "spread", "harness", "references", "rounds", "rank_pool", "ranks", "problem_check"],
     2: ["runner", "runner.extensions", "runner.launch", "runner.protocol", "runner.rank", "runner.resident",
@@ -88,3 +88,11 @@ def test_a_runs_figures_are_computed_in_one_place():
     found = [f"{name} imports {sorted(scores & _imports(path))}" for name, path in _modules().items()
              if name != "pkb_ray.summary.run" and scores & _imports(path)]
     assert found == []
+
+
+def test_the_sweep_entry_point_composes_few_modules():
+    # issue 29: sweep.py imported 18 pkb_ray modules; one job's inputs (selection.job_inputs), its
+    # first samples (generate.first_round) and its outputs (summary.publish) now come whole
+    modules = _modules()
+    used = {i for i in _imports(modules["pkb_ray.sweep"]) if i in modules}
+    assert len(used) <= 8, sorted(used)
