@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -255,7 +256,12 @@ class PipelineRun:
         self.sink = ResultSink(results_dir, max_rows=flush_every)  # on disk within about a second
         self.duplicates = Duplicates()
         self.metrics = RunMetrics()
-        self.metrics.total = sum(len(layouts_for(r, problems, cfg.hardware.layouts)) for r in rows)
+        per_layout = Counter(lay for r in rows for lay in layouts_for(r, problems, cfg.hardware.layouts))
+        self.metrics.total = sum(per_layout.values())
+        # what the gangs will get, announced so they start while the stream validates and compiles;
+        # a resume expects no more than what is left (settled rows never reach a gang: an overestimate)
+        left = max(0, self.metrics.total - len(self.done))
+        self.expected = {lay: min(n, left) for lay, n in per_layout.items() if left}
         self.bar = tqdm(total=self.metrics.total, unit="result", desc="pkb_ray", dynamic_ncols=True, mininterval=1.0,
                         disable=not sys.stderr.isatty())  # in a log (no terminal) the progress line says it instead
         self.on_result: Callable[[Result], None] | None = None
@@ -317,7 +323,7 @@ def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[st
     pool = GangPool(cfg, run.metrics)
     t0 = last_progress = time.monotonic()
     try:
-        for n, (task, result) in enumerate(pool.evaluate(TaskFeed(run.tasks())), 1):
+        for n, (task, result) in enumerate(pool.evaluate(TaskFeed(run.tasks()), run.expected), 1):
             run.verdict(task, result)
             log.info("[%d evaluated, %d results] %s #%d W=%d %s on %s (%.1fs)", n, len(run.results), result.problem_id,
                      result.sample_index, result.world_size, result.status.value, result.gang, time.monotonic() - t0)

@@ -7,6 +7,7 @@ updates the state and returns the :data:`Action` list the pool must carry out wi
 ========================  ==========================================================
 event                     what follows
 ========================  ==========================================================
+:meth:`expect`            samples will come (the run's rows): gangs are planned now
 :meth:`tasks_arrived`     samples queue by layout; new gangs are planned if needed
 :meth:`feed_ended`        no more samples: idle gangs with nothing queued stop
 :meth:`gang_reserved`     the placement group is placed: start the gang's actor
@@ -100,23 +101,33 @@ class Scheduler:
     gangs: dict[str, GangState] = field(default_factory=dict)
     queues: dict[Layout, deque] = field(default_factory=dict)
     feed_done: bool = False
+    expected: Counter = field(default_factory=Counter)  # layout -> tasks announced that have not arrived
     stats: Counter = field(default_factory=Counter)  # started, restarted, stopped, peak_gangs, peak_gpus
     _failed_starts: int = 0
     _ids: Any = field(default_factory=itertools.count)
 
     # ---- events ----
 
+    def expect(self, counts: Mapping[Layout, int]) -> list[Action]:
+        """``counts`` tasks per layout will come (the run's rows, before the stream has validated and
+        compiled them): gangs are planned for them now, so they start while the stream works. Tasks
+        that arrive count against these; the end of the feed drops what never came."""
+        for layout, n in counts.items():
+            self._check_room(layout)
+            self.expected[layout] += n
+        return self._schedule()
+
     def tasks_arrived(self, tasks: list[tuple[Any, Layout]]) -> list[Action]:
         """``tasks``: (task, its layout); a task is opaque here (the pool's EvalTask)."""
         for task, layout in tasks:
-            if not fits(layout, self.cluster):
-                key = "hardware.world_sizes" if layout.nodes == 1 else "hardware.spread"
-                raise SchedulingError(f"{key}: {no_room(layout, self.cluster)}")
+            self._check_room(layout)
             self.queues.setdefault(layout, deque()).append(task)
+            self.expected[layout] = max(0, self.expected[layout] - 1)
         return self._schedule()
 
     def feed_ended(self) -> list[Action]:
         self.feed_done = True
+        self.expected.clear()
         return self._schedule()
 
     def gang_reserved(self, name: str, nodes: tuple[str, ...]) -> list[Action]:
@@ -206,7 +217,7 @@ class Scheduler:
         if self.in_phase(GangPhase.RESERVING):
             return []
         running = Counter(g.layout for g in self.gangs.values())
-        queued = {lay: len(q) for lay, q in self.queues.items()}
+        queued = {lay: len(self.queues.get(lay, ())) + self.expected[lay] for lay in {*self.queues, *self.expected}}
         out: list[Action] = []
         for layout, _ in plan_gangs(self.free_gpus(), queued, running):
             gang = GangState(self._name(layout), layout)
@@ -222,6 +233,11 @@ class Scheduler:
         self.gangs[gang.name] = gang
         self.stats["restarted"] += 1
         return Restart(name, gang.name)
+
+    def _check_room(self, layout: Layout) -> None:
+        if not fits(layout, self.cluster):
+            key = "hardware.world_sizes" if layout.nodes == 1 else "hardware.spread"
+            raise SchedulingError(f"{key}: {no_room(layout, self.cluster)}")
 
     def _name(self, layout: Layout) -> str:
         kind = f"w{layout.world_size}" if layout.nodes == 1 else str(layout)

@@ -22,12 +22,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Mapping
 
 import ray
 from ray.exceptions import RayActorError
 
 from pkb_ray.cluster import node_gpus
+from pkb_ray.placement import Layout
 from pkb_ray.config import SweepConfig
 from pkb_ray.deadlines import WATCH_MARGIN_S
 from pkb_ray.gang import GangHandle, bundle_devices, reserve, start_gang, stop_gang
@@ -135,10 +136,14 @@ class GangPool:
         """Gangs started, restarted and stopped, most gangs (and GPUs) held at once, samples evaluated."""
         return self.scheduler.stats + Counter(evaluated=self.evaluated)
 
-    def evaluate(self, tasks: "Iterable[EvalTask] | TaskFeed") -> Iterator[tuple[EvalTask, Result]]:
-        """Each task with its result, as they finish; tasks may keep arriving while gangs work (a TaskFeed)."""
+    def evaluate(self, tasks: "Iterable[EvalTask] | TaskFeed",
+                 expected: "Mapping[Layout, int] | None" = None) -> Iterator[tuple[EvalTask, Result]]:
+        """Each task with its result, as they finish; tasks may keep arriving while gangs work (a TaskFeed).
+        ``expected``: how many tasks of each layout will come, so their gangs start before the first does."""
         feed = tasks if isinstance(tasks, TaskFeed) else TaskFeed(tasks)
         self.scheduler = Scheduler(node_gpus())
+        if expected:
+            self._carry_out(self.scheduler.expect(expected))
         while True:
             self._tick()
             self._carry_out(self._intake(feed))

@@ -91,3 +91,26 @@ def test_a_spread_gang_takes_gpus_on_two_nodes():
     assert s.free_gpus() == {"n0": 0, "n1": 0}
     assert s.gang_started(r.gang) == [Dispatch(r.gang, "a")]
     assert not s.finished and s.queued() == {"2x2": 0}
+
+
+def test_announced_tasks_get_their_gangs_before_they_arrive_and_count_once():
+    # the run's rows are known before the stream has validated and compiled any of them
+    s = Scheduler({"n0": 8})
+    planned = of(s.expect({W2: 3, W4: 1}), Reserve)
+    assert sorted(r.layout.world_size for r in planned) == [2, 2, 4]  # one gang per layout, then the longer queue
+    assert of(up(s, planned), Dispatch) == []  # started, nothing to evaluate yet
+    # the announced tasks arrive: they go to the gangs already up, no new gang is planned for them
+    got = s.tasks_arrived([("a0", W2), ("a1", W2), ("b0", W4)])
+    assert sorted(d.task for d in of(got, Dispatch)) == ["a0", "a1", "b0"] and of(got, Reserve) == []
+    assert s.expected[W2] == 1 and s.expected[W4] == 0
+    # the feed ends without the last one (settled in the stream): what never came is dropped
+    s.feed_ended()
+    assert not s.expected
+    for d in of(got, Dispatch):
+        s.result(d.gang)
+    assert s.finished and s.gangs == {}
+
+
+def test_announcing_a_layout_the_cluster_cannot_hold_fails_at_once():
+    with pytest.raises(SchedulingError, match="hardware.world_sizes"):
+        Scheduler({"n0": 2}).expect({W4: 1})
