@@ -7,6 +7,7 @@ over the sandbox's loopback and launches its kernels). Run there with
 """
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -47,10 +48,16 @@ def test_a_gpu_sandbox_shows_only_the_allowlist():
 
 
 def test_nccl_and_a_copy_run_in_the_sandboxs_own_network(harness, problems):
+    # eager copies at 16 Ki elements and 20 rounds spread 0.81-1.04 at W=1 (docs/benchmarks/
+    # interference.md) and one read 0.73 on 2026-12-02: the median of three is judged, not one
     h, _ = harness
-    r = h.evaluate(Sample(problem_id="all_reduce", model="m", sample_index=0, source=problems["all_reduce"].source()))
-    assert r.status == Status.CORRECT, r.message
-    assert r.isolation == "sandbox" and 0.8 <= r.speedup <= 1.25, r.speedup
+    sample = Sample(problem_id="all_reduce", model="m", sample_index=0, source=problems["all_reduce"].source())
+    speedups = []
+    for _ in range(3):
+        r = h.evaluate(sample)
+        assert r.status == Status.CORRECT and r.isolation == "sandbox", r.message
+        speedups.append(r.speedup)
+    assert 0.8 <= statistics.median(speedups) <= 1.25, speedups
 
 
 def test_a_snooping_sample_finds_nothing_on_gpu(harness, monkeypatch, tmp_path):
