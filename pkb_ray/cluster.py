@@ -42,8 +42,24 @@ def start_ray(cfg: SweepConfig) -> None:
     announce_isolation(cfg.eval.isolation)
     os.environ[NOSET_CUDA] = "1"  # ranks pick their own GPU among all of the node's
     if not ray.is_initialized():
+        local = local_gpus(cfg)
+        if local is not None:  # a local Ray is one node whose GPUs are known: no need to start it to fail
+            _check_room(cfg, {"local": local})
         _init_ray(cfg)
-    gpus = node_gpus()
+    _check_room(cfg, node_gpus())
+
+
+def local_gpus(cfg: SweepConfig) -> int | None:
+    """The GPUs of the one node a local Ray for ``cfg`` gets (logical ones on CPU), where known
+    before it starts; None when it joins a cluster or Ray counts a GPU machine's own."""
+    if cfg.ray.address:
+        return None
+    if cfg.ray.num_gpus is not None:
+        return int(cfg.ray.num_gpus)
+    return cfg.hardware.gpus_per_node * cfg.hardware.nodes if cfg.hardware.device == "cpu" else None
+
+
+def _check_room(cfg: SweepConfig, gpus: dict[str, int]) -> None:
     for lay in cfg.hardware.layouts:
         if not fits(lay, gpus):
             key = ("hardware.world_sizes" if lay.nodes == 1 else
@@ -108,9 +124,7 @@ def _init_ray(cfg: SweepConfig) -> None:
     left = reaper.clean_up(cfg.cache_path / "runs")  # what a killed driver (and its reaper) left
     if left:
         log.warning("killed %d processes left by an earlier run whose driver was killed", left)
-    gpus = cfg.ray.num_gpus
-    if gpus is None and cfg.hardware.device == "cpu":
-        gpus = cfg.hardware.gpus_per_node * cfg.hardware.nodes  # logical GPUs: gangs of gloo ranks
+    gpus = local_gpus(cfg)  # None on a GPU machine: Ray counts them
     # "local": a Ray of its own, even where another run's Ray is up (ray.init() would join that one)
     # Ray's head processes inherit os.environ, its workers the raylet's: none of them gets a key
     with without_secrets([cfg.model.api_key_env]):
