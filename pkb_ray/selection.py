@@ -131,10 +131,10 @@ def job_inputs(cfg: SweepConfig, out_dir: Path) -> JobInputs:
     """Resolve ``cfg`` for a job writing under ``out_dir``; a config naming what does not exist fails
     here (:class:`~pkb_ray.config.ConfigError`, naming the key)."""
     cfg = with_problems_folder(cfg)
-    problems = load_problems(resolve_path(cfg.problems_dir) if cfg.problems_dir else None)
+    folder = resolve_path(cfg.problems_dir) if cfg.problems_dir else None
+    problems = load_problems(folder)
     chosen = check_against_problems(cfg, problems)
     return JobInputs(
-        cfg=cfg, problems=problems, chosen=chosen,
-        problems_dir=str(resolve_path(cfg.problems_dir)) if cfg.problems_dir else None,
+        cfg=cfg, problems=problems, chosen=chosen, problems_dir=str(folder) if folder else None,
         results_dir=resolve_path(cfg.results_dir) if cfg.results_dir else out_dir / "results",
         generated_dir=resolve_path(cfg.generated_dir) if cfg.generated_dir else out_dir / "generated")

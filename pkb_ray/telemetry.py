@@ -12,6 +12,8 @@ from collections import Counter as Tally
 
 from ray.util.metrics import Counter, Gauge, Histogram
 
+from pkb_ray.names import Status
+
 SECONDS = [0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600]
 
 
@@ -58,7 +60,7 @@ class RunMetrics:
     @property
     def correct(self) -> int:
         """Results this run has written so far that are correct."""
-        return self.statuses["correct"]
+        return self.statuses[Status.CORRECT.value]
 
     @property
     def done(self) -> int:

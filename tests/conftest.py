@@ -23,16 +23,21 @@ def cache_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("cache")  # reference outputs shared by the session's harnesses
 
 
+def cpu_harness(problems, world_size: int, eval_overrides: dict, work_dir: Path, cache_dir: Path,
+                private: list[Path] = ()) -> Harness:
+    """A harness of ``world_size`` gloo ranks with the tests' short protocol, ``eval_overrides`` on top."""
+    settings = dict(trials=2, timing_sets=2, warmup=2, rounds=10, max_round_calls=1, timeout_s=20, prewarm=0)
+    return Harness(["cpu"] * world_size, EvalConfig(**{**settings, **eval_overrides}),
+                   HardwareConfig(world_sizes=[world_size], gpus_per_node=world_size), problems,
+                   work_dir=work_dir, cache_dir=cache_dir, private=private)
+
+
 @pytest.fixture
 def make_harness(problems, cache_dir, tmp_path):
     made = []
 
     def make(world_size: int = 2, cache: Path | None = None, private: list[Path] = (), **eval_overrides) -> Harness:
-        settings = dict(trials=2, timing_sets=2, warmup=2, rounds=10, max_round_calls=1, timeout_s=20, prewarm=0)
-        settings.update(eval_overrides)
-        h = Harness(["cpu"] * world_size, EvalConfig(**settings),
-                    HardwareConfig(world_sizes=[world_size], gpus_per_node=world_size), problems,
-                    work_dir=tmp_path / f"work{len(made)}", cache_dir=cache or cache_dir, private=private)
+        h = cpu_harness(problems, world_size, eval_overrides, tmp_path / f"work{len(made)}", cache or cache_dir, private)
         made.append(h)
         return h
 
@@ -53,11 +58,7 @@ def shared_harness(problems, cache_dir, tmp_path_factory):
     def get(world_size: int = 2, **eval_overrides) -> Harness:
         key = (world_size, tuple(sorted((k, repr(v)) for k, v in eval_overrides.items())))
         if key not in made:
-            settings = dict(trials=2, timing_sets=2, warmup=2, rounds=10, max_round_calls=1, timeout_s=20, prewarm=0)
-            settings.update(eval_overrides)
-            made[key] = Harness(["cpu"] * world_size, EvalConfig(**settings),
-                                HardwareConfig(world_sizes=[world_size], gpus_per_node=world_size), problems,
-                                work_dir=tmp_path_factory.mktemp("shared"), cache_dir=cache_dir)
+            made[key] = cpu_harness(problems, world_size, eval_overrides, tmp_path_factory.mktemp("shared"), cache_dir)
             while len(made) > 3:
                 made.pop(next(iter(made))).close()
         made[key] = made.pop(key)  # the newest last

@@ -28,11 +28,11 @@ import ray
 from ray.exceptions import RayActorError
 
 from pkb_ray.cluster import node_gpus
-from pkb_ray.placement import Layout
 from pkb_ray.config import SweepConfig
 from pkb_ray.deadlines import WATCH_MARGIN_S
 from pkb_ray.gang import GangHandle, bundle_devices, reserve, start_gang, stop_gang
 from pkb_ray.names import Status
+from pkb_ray.placement import Layout
 from pkb_ray.scheduler import Action, Dispatch, GangPhase, Reserve, Restart, Scheduler, SchedulingError, Start, Stop
 from pkb_ray.schema import EvalTask, Result
 from pkb_ray.telemetry import RunMetrics
