@@ -16,6 +16,10 @@ from pkb_ray.names import Status
 from pkb_ray.schema import Sample
 
 BIG = {"numel": 1 << 20}  # ~ms per gloo all-reduce: long enough for the parent's bracket to matter
+# One CPU evaluation of a sample that runs at the reference's speed reads 0.78-1.24 on an idle 2-core
+# VM (docs/benchmarks/timing.md) and has read 0.58 and 2.02 on CI's loaded machine; the tricks here
+# would gain 10x or more. A bound on one evaluation sits above that noise, not beside an honest copy.
+HONEST_RANGE = (0.3, 3.0)
 
 
 def _sample(name: str, index: int = 0) -> Sample:
@@ -66,7 +70,7 @@ def test_hidden_time_is_tampering_only_when_a_second_timing_run_shows_it_too(mak
     h = make_harness(2, size=BIG, rounds=100, timeout_s=60)  # two timing runs of 100 rounds
     result = h.evaluate(_sample("forges_first_timing_only.py"))
     assert result.status == Status.CORRECT, result.message
-    assert 0.5 < result.speedup < 2.0  # the second run's honest times, not 50x
+    assert HONEST_RANGE[0] < result.speedup < HONEST_RANGE[1]  # the second run's honest times, not 50x
 
 
 @pytest.mark.parametrize("name", ["memo_by_address.py", "memo_by_values.py", "memo_by_hash.py"])
@@ -76,7 +80,7 @@ def test_memoising_gains_nothing(shared_harness, name):
     # stale data on one rank and skips the collective there: a hang, or a wrong answer.
     assert result.status in (Status.CORRECT, Status.TIMEOUT, Status.WRONG_OUTPUT), result.message
     if result.status == Status.CORRECT:
-        assert result.speedup < 1.5
+        assert result.speedup < HONEST_RANGE[1]
 
 
 def test_secrets_never_reach_a_rank(shared_harness, monkeypatch):
@@ -162,7 +166,7 @@ def test_patched_timer_does_not_fool_the_timer(shared_harness):
     result = shared_harness(2, rounds=20).evaluate(_sample("patches_timer.py"))
     assert result.status == Status.CORRECT, result.message
     assert min(result.cand_median_us) > 1.0  # real microseconds, not the frozen clock's zero
-    assert 0.3 < result.speedup < 3.0
+    assert HONEST_RANGE[0] < result.speedup < HONEST_RANGE[1]
 
 
 def test_leftover_thread_does_not_keep_ranks_alive(shared_harness):
@@ -238,16 +242,15 @@ def test_a_sample_reads_no_host_file_and_reaches_no_host_port(make_harness, monk
 
 @pytest.mark.parametrize("name", ["slows_reference_in_cpp.py", "overrides_dispatcher.py", "patches_and_restores.py",
                                   "loads_cpu_when_idle.py"])
-def test_reference_slowing_samples_gain_nothing(shared_harness, problems, name):
+def test_reference_slowing_samples_gain_nothing(shared_harness, name):
     # timed in this process, the reference would have run >= 10x slower beside each (1 ms a call
-    # added, or the cores shared with the load); it is timed by the clean set, the sample stopped
+    # added, or the cores shared with the load); it is timed by the clean set, the sample stopped.
+    # Each does the reference's own work, so an honest reading is ~1 (HONEST_RANGE's noise).
     h = shared_harness(2, rounds=30)
-    honest = h.evaluate(_copy(problems))
-    assert honest.status == Status.CORRECT, honest.message
     result = h.evaluate(_sample(name))
     assert result.status in (Status.CORRECT, Status.TAMPERING), result.message
     if result.status == Status.CORRECT:
-        assert result.speedup < 2.0 * honest.speedup, (result.speedup, honest.speedup)
+        assert result.speedup < HONEST_RANGE[1], result.speedup
     assert rank_processes_left(h.work_dir) == []
 
 
