@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -256,7 +256,7 @@ class RankSet:
     def tag(self, cmd: Command) -> Command:
         """``cmd`` with a tag of its own: its reports never meet an earlier step's, and none can be
         sent before the command (the tag is unpredictable)."""
-        return cmd.model_copy(update={"tag": f"{cmd.step}.{next(self._tags)}.{secrets.token_hex(6)}"})
+        return replace(cmd, tag=f"{cmd.step}.{next(self._tags)}.{secrets.token_hex(6)}")
 
     def run(self, cmd: Command, timeout_s: float, poll_s: float = POLL_S) -> StepOutcome:
         started = time.monotonic()

@@ -202,7 +202,7 @@ class SpreadRankSet:
         case = getattr(cmd, "case", None)
         if case is not None:
             path = Path(case.problem_path)
-            moved["case"] = case.model_copy(update={"problem_path": _push(remote, files, path, "problem/" + path.name)})
+            moved["case"] = replace(case, problem_path=_push(remote, files, path, "problem/" + path.name))
         if isinstance(cmd, RunTrials):
             moved["candidate_path"] = _push(remote, files, Path(cmd.candidate_path), "candidate.py")
         for key in ("expected_dir", "actual_dir"):  # tensor files of its ranks, for the seeds (or picks) named
@@ -220,7 +220,7 @@ class SpreadRankSet:
             moved["out_dir"] = f"{remote.job}/out-{cmd.step}"
         if files or dirs:
             ray.get(remote.host.put.remote(remote.set_id, files, dirs))
-        return cmd.model_copy(update=moved)
+        return replace(cmd, **moved)
 
     def _bring_back(self, cmd: Command) -> None:
         """The remote ranks' output files, into the local out_dir under the same names."""

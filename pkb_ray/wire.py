@@ -8,15 +8,18 @@ not exactly the step's report, or a failure the runner writes, becomes a :class:
 status ``unreadable_report``, which the verdict calls tampering. A report that parses says
 nothing true yet: the verdict still trusts only the clean set's findings and the parent's clock.
 
-Pure data (pydantic records, no torch, no processes): rank processes and the verdict import it alike.
+Pure data (frozen stdlib dataclasses, no torch, no processes): rank processes and the verdict import
+it alike. Only :func:`parse_report`, in the parent, validates with pydantic, imported there: a rank
+never parses a report, and pydantic would cost every rank process ~200 ms at start (issue 29).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, ClassVar, Literal, Union
-
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+import math
+from dataclasses import asdict, dataclass, field, fields
+from functools import cache
+from typing import Any, ClassVar, Literal, Union
 
 from pkb_ray.names import Side
 
@@ -35,30 +38,39 @@ class Step:
     EXIT = "exit"
 
 
-class Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+record = dataclass(frozen=True, kw_only=True)
+
+
+@record
+class Record:
+    # read by pydantic when parse_report validates a report: a field the record lacks is refused
+    __pydantic_config__: ClassVar[dict] = {"extra": "forbid"}
 
 
 # --- reports ------------------------------------------------------------------------------------
 
+@record
 class Report(Record):
     """A step that ended well."""
 
     status: Literal["ok"] = "ok"
 
 
+@record
 class Watched(Report):
     """A candidate's set's report after a step outside the regions: what its watches found replaced
     (:mod:`pkb_ray.runner.watch`)."""
 
-    tampered: list[str] = []
+    tampered: list[str] = field(default_factory=list)
 
 
+@record
 class Ready(Report):
     pid: int
     device: str
 
 
+@record
 class ReferenceReport(Report):
     structure: dict[str, list]  # seed -> [[shape, dtype], ...] of the outputs
     aliases: dict[str, list[str]]  # seed -> inputs the outputs share memory with
@@ -67,28 +79,37 @@ class ReferenceReport(Report):
     input_bytes: int
 
 
+@record
 class TrialsReport(Watched):
     devices: dict[str, list[str]]  # seed -> the outputs' devices
     aliases: dict[str, list[str]]
     rank_builds: int  # torch extensions the candidate built on the rank
 
 
+@record
 class RegionReport(Report):
-    us: Annotated[float, Field(ge=0, allow_inf_nan=False)]  # per call, by the rank's own clock
+    us: float  # per call, by the rank's own clock: finite and >= 0
     commits: list[list[str]]  # per call, the fingerprints of its outputs (held regions only)
     aliases: list[str]
     devices: list[str]  # of the first call's outputs
 
+    def __post_init__(self) -> None:  # pydantic runs it too: a ValueError here is a ValidationError there
+        if not (isinstance(self.us, (int, float)) and math.isfinite(self.us) and self.us >= 0):
+            raise ValueError(f"us must be a finite time >= 0, not {self.us!r}")
 
+
+@record
 class CaptureReport(Watched):
     captured: bool
     error: str = ""  # why not
 
 
+@record
 class KeepReport(Watched):
     pass
 
 
+@record
 class Finding(Record):
     """The clean set's comparison of one output (a trial seed's, or a picked timed call's)."""
 
@@ -101,6 +122,7 @@ class Finding(Record):
     second: bool | None = None  # the first trial, by the second rule (pkb_ray.formats.second_verdict)
 
 
+@record
 class ChecksReport(Report):
     checks: list[Finding]
 
@@ -108,6 +130,7 @@ class ChecksReport(Report):
 FailureStatus = Literal["import_error", "runtime_error", "reference_changed", "unreadable_report"]
 
 
+@record
 class Failure(Record):
     """A step that raised (its status and traceback), or a report the parent could not read."""
 
@@ -120,22 +143,30 @@ Answer = Union[Report, Failure]
 
 def parse_report(kind: type[Report], raw: Any) -> Answer:
     """What a rank sent for a step whose report is ``kind``; never raises."""
+    from pydantic import ValidationError
     try:
         if isinstance(raw, dict) and raw.get("status") != "ok":
-            return Failure.model_validate(raw)
-        return kind.model_validate(raw)
+            return _validator(Failure).validate_python(raw)
+        return _validator(kind).validate_python(raw)
     except ValidationError as exc:
         shown = json.dumps(raw, default=str)[:200] if isinstance(raw, (dict, list)) else repr(raw)[:200]
         return Failure(status="unreadable_report", message=f"not a {kind.__name__}: {_first_error(exc)}; got {shown}")
 
 
-def _first_error(exc: ValidationError) -> str:
+@cache
+def _validator(kind: type[Record]):
+    from pydantic import TypeAdapter
+    return TypeAdapter(kind)
+
+
+def _first_error(exc) -> str:
     error = exc.errors()[0]
     return f"{'.'.join(map(str, error['loc'])) or 'the report'}: {error['msg']}"
 
 
 # --- commands -----------------------------------------------------------------------------------
 
+@record
 class Case(Record):
     """What a step runs on: a problem file at one dtype and size."""
 
@@ -144,11 +175,13 @@ class Case(Record):
     size: dict[str, Any]
 
 
+@record
 class Tol(Record):
     atol: float
     rtol: float
 
 
+@record
 class Pick(Record):
     """A timed call picked for the check, chosen by the parent after its region's commitments."""
 
@@ -161,6 +194,7 @@ class Pick(Record):
     commits: dict[str, list[str] | None]  # rank -> what it committed to for this call
 
 
+@record
 class Command(Record):
     """One step of every rank of a set. ``tag`` is the parent's, unpredictable (see ranks.RankSet.tag)."""
 
@@ -173,6 +207,7 @@ class Command(Record):
         return []
 
 
+@record
 class OnSeeds(Command):
     """A step over input seeds, with one tensor file per seed and rank."""
 
@@ -184,12 +219,14 @@ class OnSeeds(Command):
         return self.seeds
 
 
+@record
 class ComputeReference(OnSeeds):
     answer = ReferenceReport
     step: Literal["reference"] = Step.REFERENCE
     out_dir: str
 
 
+@record
 class RunTrials(OnSeeds):
     answer = TrialsReport
     step: Literal["trials"] = Step.TRIALS
@@ -200,6 +237,7 @@ class RunTrials(OnSeeds):
     arch_list: str = ""
 
 
+@record
 class TimeRegion(Command):
     answer = RegionReport
     step: Literal["region"] = Step.REGION
@@ -213,6 +251,7 @@ class TimeRegion(Command):
     graph: bool  # one replay of the captured graph instead of k eager calls
 
 
+@record
 class Capture(Command):
     answer = CaptureReport
     step: Literal["capture"] = Step.CAPTURE
@@ -223,6 +262,7 @@ class Capture(Command):
     base_seeds: list[int]
 
 
+@record
 class Keep(Command):
     """Hand over call ``index`` of the last region as file ``id`` in ``out_dir`` (no index: nothing)."""
 
@@ -238,6 +278,7 @@ class Keep(Command):
         return [self.id] if self.index is not None else []
 
 
+@record
 class CheckTrials(OnSeeds):
     answer = ChecksReport
     step: Literal["check_trials"] = Step.CHECK_TRIALS
@@ -247,6 +288,7 @@ class CheckTrials(OnSeeds):
     tolerance: Tol
 
 
+@record
 class CheckTimed(Command):
     answer = ChecksReport
     step: Literal["check_timed"] = Step.CHECK_TIMED
@@ -261,19 +303,41 @@ class CheckTimed(Command):
         return [p.id for p in self.picks]
 
 
+@record
 class Exit(Command):
     answer = Report
     step: Literal["exit"] = Step.EXIT
 
 
-AnyCommand = Annotated[Union[ComputeReference, RunTrials, TimeRegion, Capture, Keep, CheckTrials, CheckTimed, Exit],
-                       Field(discriminator="step")]
-_COMMANDS: TypeAdapter = TypeAdapter(AnyCommand)
+_COMMANDS: dict[str, type[Command]] = {c.step: c for c in (ComputeReference, RunTrials, TimeRegion, Capture, Keep,
+                                                             CheckTrials, CheckTimed, Exit)}
+
+
+def as_dict(record: Record) -> dict[str, Any]:
+    """The record as JSON-ready data (nested records as dicts, a Side as its string)."""
+    return asdict(record)
 
 
 def encode_command(cmd: Command) -> bytes:
-    return (json.dumps(cmd.model_dump()) + "\n").encode()
+    return (json.dumps(as_dict(cmd)) + "\n").encode()
 
 
 def decode_command(line: str | bytes) -> Command:
-    return _COMMANDS.validate_json(line)
+    """The command a line holds. The parent wrote it (trusted): the rank rebuilds the records by
+    ``step`` and refuses a step or a field it does not know, without validating every type."""
+    raw = json.loads(line)
+    kind = _COMMANDS.get(raw.get("step")) if isinstance(raw, dict) else None
+    if kind is None:
+        raise ValueError(f"not a command: no step {raw.get('step') if isinstance(raw, dict) else raw!r}")
+    unknown = set(raw) - {f.name for f in fields(kind)}
+    if unknown:
+        raise ValueError(f"a {kind.__name__} has no field {sorted(unknown)}")
+    if "case" in raw:
+        raw["case"] = Case(**raw["case"])
+    if "side" in raw:
+        raw["side"] = Side(raw["side"])
+    if "tolerance" in raw:
+        raw["tolerance"] = Tol(**raw["tolerance"])
+    if "picks" in raw:
+        raw["picks"] = [Pick(**{**p, "side": Side(p["side"])}) for p in raw["picks"]]
+    return kind(**raw)

@@ -9,6 +9,7 @@ so. After each step the watches (:mod:`pkb_ray.runner.watch`) report what the ca
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -51,7 +52,7 @@ class CandidateSession(RankSession):
         if self._torch is not None and isinstance(report, Watched):
             now = watched()
             replaced = [name for name, fn in self._originals.items() if now.get(name) is not fn]
-            report = report.model_copy(update={"tampered": replaced + self._torch.replaced()})
+            report = replace(report, tampered=replaced + self._torch.replaced())
         return report
 
     def trials(self, cmd: RunTrials) -> TrialsReport:

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
     dist.barrier()
-    protocol.write_report(wire.Step.READY, wire.Ready(pid=os.getpid(), device=str(device)).model_dump())
+    protocol.write_report(wire.Step.READY, wire.as_dict(wire.Ready(pid=os.getpid(), device=str(device))))
 
     if args.role == "clean":
         from pkb_ray.runner.clean import CleanSession as Session
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             report = wire.Failure(status=failure.status, message=failure.message)
         except BaseException:  # noqa: BLE001 - anything the step raised is the step's verdict
             report = wire.Failure(status=Status.RUNTIME_ERROR.value, message=traceback.format_exc())
-        protocol.write_report(cmd.tag or cmd.step, report.model_dump())
+        protocol.write_report(cmd.tag or cmd.step, wire.as_dict(report))
     try:
         dist.destroy_process_group()
     except Exception:  # noqa: BLE001 - a broken group is fine to leave behind: we exit
