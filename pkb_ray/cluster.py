@@ -39,12 +39,24 @@ GRAFANA_DASHBOARD = CONF_DIR / "grafana" / "pkb_ray_dashboard.json"
 def start_ray(cfg: SweepConfig) -> None:
     """Join the Ray cluster of ``cfg.ray.address``, or start a local one (logical GPUs on CPU); then
     check that it can hold a gang of every layout of the run, or raise ConfigError naming the key."""
+    check_start(cfg)
+    join_or_start(cfg)
+
+
+def check_start(cfg: SweepConfig) -> None:
+    """What can be known before Ray starts, said or raised now: the isolation level (announced, or
+    ConfigError) and, for a local Ray (one node whose GPUs are known), whether every layout fits."""
     announce_isolation(cfg.eval.isolation)
+    local = local_gpus(cfg)
+    if local is not None and not ray.is_initialized():
+        _check_room(cfg, {"local": local})
+
+
+def join_or_start(cfg: SweepConfig) -> None:
+    """:func:`start_ray` after :func:`check_start`: a run that may have nothing to evaluate (all of
+    it resumed) calls this only once it has (pkb_ray.pipeline.run_pipeline's ``start``)."""
     os.environ[NOSET_CUDA] = "1"  # ranks pick their own GPU among all of the node's
     if not ray.is_initialized():
-        local = local_gpus(cfg)
-        if local is not None:  # a local Ray is one node whose GPUs are known: no need to start it to fail
-            _check_room(cfg, {"local": local})
         _init_ray(cfg)
     _check_room(cfg, node_gpus())
 

@@ -150,12 +150,16 @@ def prepare_at(row: dict[str, Any], where: Where, problems: dict[str, Problem], 
 def expand_row(item: dict[str, Row], cfg: dict[str, Any], problems_dir: str | None,
                done: frozenset) -> list[dict[str, Prepared]]:
     """Ray Data stage (a task): one sample row -> a Prepared item per layout it is evaluated on."""
-    config = SweepConfig.model_validate(cfg)
-    problems = _problems(problems_dir)
-    row = item["row"].data
-    return [{"item": prepare_at(row, where, problems, config, done)}
-            for lay in layouts_for(row, problems, config.hardware.layouts)
-            for where in where_for(config, problems, row.get("problem_id"), lay)]
+    return [{"item": p} for p in prepared_items(item["row"].data, SweepConfig.model_validate(cfg),
+                                                _problems(problems_dir), done)]
+
+
+def prepared_items(row: dict[str, Any], config: SweepConfig, problems: dict[str, Problem],
+                   done: frozenset) -> Iterator[Prepared]:
+    """``row`` prepared at every (layout, size) of the run it is evaluated at."""
+    for lay in layouts_for(row, problems, config.hardware.layouts):
+        for where in where_for(config, problems, row.get("problem_id"), lay):
+            yield prepare_at(row, where, problems, config, done)
 
 
 class BuildCuda:
@@ -267,6 +271,21 @@ class PipelineRun:
         self.on_result: Callable[[Result], None] | None = None
         self._lock = threading.Lock()  # results come from the feed's thread (settled rows) and the pool's
 
+    def all_settled(self, problems: dict[str, Problem]) -> bool:
+        """Whether every (row, layout, size) has its final result on disk already (a finished run's
+        rerun), checked in the driver and given up at the first one that has not."""
+        if not self.done:
+            return False
+        done, skipped = frozenset(self.done), 0
+        for row in self.rows:
+            for item in prepared_items(row, self.cfg, problems, done):
+                if item.task is not None or item.result is not None:
+                    return False
+                skipped += 1
+        self.metrics.skipped = skipped
+        self.bar.update(skipped)
+        return True
+
     def tasks(self) -> Iterator[EvalTask]:
         """The stream's tasks for the gangs; settled results, copies and skips are dealt with here."""
         for item in sample_stream(self.rows, self.cfg, self.problems_dir, self.done):
@@ -310,15 +329,25 @@ class PipelineRun:
 def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str, Problem], results_dir: Path,
                  flush_every: int = 64, on_result: Callable[[Result], None] | None = None,
                  on_progress: Callable[[RunMetrics, float], None] | None = None,
-                 resume: bool = True, problems_dir: str | None = None, report: dict | None = None) -> list[Result]:
+                 resume: bool = True, problems_dir: str | None = None, report: dict | None = None,
+                 start: Callable[[], None] | None = None) -> list[Result]:
     """Evaluate ``rows`` into ``results_dir``; with ``resume``, rows with a final result there are skipped.
 
     Ray Data streams the rows through validation and compilation while the gang pool evaluates
     what is ready; the pool's bounded intake (TaskFeed) is the backpressure. ``on_progress`` is
     called at most every PROGRESS_EVERY_S and at the end; ``report`` (benchmarks) gets the pool's
-    figures.
+    figures. ``start`` (joining or starting Ray) is called first unless every row has its final
+    result already: then nothing starts and nothing is evaluated.
     """
     run = PipelineRun(rows, cfg, problems, results_dir, flush_every, resume, problems_dir)
+    if run.all_settled(problems):  # checked in the driver, row by row: costs what validating the rows costs
+        log.info("resume: nothing left to evaluate in %s: no gang started", results_dir)
+        run.close()
+        if on_progress:
+            on_progress(run.metrics, 0.0)
+        return []
+    if start:
+        start()
     run.on_result = on_result
     pool = GangPool(cfg, run.metrics)
     t0 = last_progress = time.monotonic()

@@ -20,9 +20,10 @@ log = logging.getLogger(__name__)
 
 def evaluate_and_refine(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str, Problem], chosen: list,
                         results_dir: Path, generated_dir: Path, problems_dir: str | None,
-                        on_progress: Callable | None = None) -> None:
-    """Evaluate ``rows``, then run up to ``model.refine_rounds`` rounds of feedback and evaluation."""
-    run_pipeline(rows, cfg, problems, results_dir, problems_dir=problems_dir, on_progress=on_progress)
+                        on_progress: Callable | None = None, start: Callable[[], None] | None = None) -> None:
+    """Evaluate ``rows``, then run up to ``model.refine_rounds`` rounds of feedback and evaluation
+    (``start``: see :func:`~pkb_ray.pipeline.run_pipeline`)."""
+    run_pipeline(rows, cfg, problems, results_dir, problems_dir=problems_dir, on_progress=on_progress, start=start)
     generated = list(rows)
     rounds = cfg.model.refine_rounds if cfg.model.provider == "openai" else 0
     for round_ in range(1, rounds + 1):
@@ -32,4 +33,4 @@ def evaluate_and_refine(rows: list[dict[str, Any]], cfg: SweepConfig, problems: 
             break
         new = generate(asks, cfg, generated_dir)
         generated += new
-        run_pipeline(new, cfg, problems, results_dir, problems_dir=problems_dir, on_progress=on_progress)
+        run_pipeline(new, cfg, problems, results_dir, problems_dir=problems_dir, on_progress=on_progress, start=start)

@@ -15,7 +15,7 @@ import pandas as pd
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
-from pkb_ray.cluster import start_ray
+from pkb_ray.cluster import check_start, join_or_start
 from pkb_ray.config import SweepConfig
 from pkb_ray.entry import hydra_main
 from pkb_ray.refine import evaluate_and_refine
@@ -39,7 +39,7 @@ def run(cfg: SweepConfig, out_dir: Path, sweep_group: str | None = None, job: st
         rows = inputs.replayed_rows()
     else:  # a missing API key fails before any request, and before Ray starts
         rows = first_round(cfg, inputs.chosen, inputs.generated_dir)
-    start_ray(cfg)
+    check_start(cfg)  # Ray itself starts once there is something to evaluate: a finished run's rerun needs none
     log.info("%d samples of %d problems -> %s", len(rows), len(inputs.chosen), inputs.results_dir)
     for folder in (inputs.results_dir, inputs.generated_dir):  # made before any gang starts: the rank sandboxes hide them
         folder.mkdir(parents=True, exist_ok=True)
@@ -59,7 +59,7 @@ def _evaluate_and_report(inputs: JobInputs, rows: list, out_dir: Path, tracker: 
         tracker.log_progress(metrics.done, metrics.expected, metrics.correct, time.monotonic() - started, busy)
 
     evaluate_and_refine(rows, cfg, inputs.problems, inputs.chosen, inputs.results_dir, inputs.generated_dir,
-                        inputs.problems_dir, on_progress=progress)
+                        inputs.problems_dir, on_progress=progress, start=lambda: join_or_start(cfg))
     info = {"W&B run": tracker.where(), "model": cfg.model.name, "problems": cfg.problems.model_dump(mode="json"),
             "backend": cfg.backend.model_dump(mode="json"), "eval": cfg.eval.model_dump(mode="json"),
             "hardware profile": cfg.hardware.model_dump(mode="json")}

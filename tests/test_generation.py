@@ -216,7 +216,7 @@ def test_sweep_generates_evaluates_and_refines_over_two_rounds(tmp_path):
              f"generated_dir={run_dir / 'generated'}", f"results_dir={run_dir / 'results'}"],
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert ep2.requests == []
+    assert ep2.requests == [] and (again.stdout + again.stderr).count("nothing left to evaluate") == 2  # the first round, and round 1
 
 
 def test_a_missing_api_key_fails_at_start_naming_the_variable(tmp_path):

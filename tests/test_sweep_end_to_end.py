@@ -186,7 +186,9 @@ def test_sweep_on_shipped_set(shipped):
 def test_the_same_sweep_again_skips_every_sample_and_writes_none_twice(shipped):
     again = shipped.again
     assert again.returncode == 0, again.stderr[-3000:]
-    assert f"{len(SHIPPED)} (sample, layout, size) evaluations already have a final result" in again.stdout + again.stderr
+    said = again.stdout + again.stderr
+    assert f"{len(SHIPPED)} (sample, layout, size) evaluations already have a final result" in said
+    assert "nothing left to evaluate" in said and "no gang started" in said  # nor Ray: the driver knew
     assert len(read_results(shipped.results)) == len(SHIPPED) and "ALL" in again.stdout
 
 
