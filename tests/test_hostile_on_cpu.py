@@ -54,11 +54,11 @@ def test_hostile_sample_gets_its_status(shared_harness, name, status, needle):
     assert rank_processes_left(h.work_dir) == []
 
 
-def test_forged_report_times_are_caught_by_the_parents_clock(make_harness, problems):
-    # 1 ms of CPU noise per region: the margin needs many rounds (~45 ms a region on 2 cores)
-    h = make_harness(2, size=BIG, rounds=200, timeout_s=90)
-    honest = h.evaluate(_copy(problems))
-    assert honest.status == Status.CORRECT, honest.message
+def test_forged_report_times_are_caught_by_the_parents_clock(make_harness):
+    # milliseconds of CPU noise per region: the margin needs many rounds. Both timing runs are
+    # forged, so both are caught; that an honest run at this setting is not is the next test's
+    # second run, judged correct (its first, forged like this one's, is caught)
+    h = make_harness(2, size=BIG, rounds=100, timeout_s=60)
     forged = h.evaluate(_sample("forges_reports.py"))
     assert forged.status == Status.TAMPERING, forged.message
     assert "times forged" in forged.message, forged.message
