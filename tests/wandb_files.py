@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 
 from wandb.proto import wandb_internal_pb2 as pb
@@ -18,7 +19,22 @@ BLOCK = 32 * 1024
 HEADER = b":W&B\xe1\xbe\x00"
 
 
-def records(path: Path) -> list[pb.Record]:
+def records(path: Path, within_s: float = 30.0) -> list[pb.Record]:
+    """The run's records, once its ``exit`` record is on disk: W&B's core process writes the file
+    after ``run.finish()`` returns, and a reader on a loaded machine has seen it without its last
+    summary (up to ``within_s``; then what is there)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            out = _parse(path)
+        except ValueError:  # a record still being written
+            out = []
+        if any(r.WhichOneof("record_type") == "exit" for r in out) or time.monotonic() > deadline:
+            return out or _parse(path)
+        time.sleep(0.2)
+
+
+def _parse(path: Path) -> list[pb.Record]:
     data = Path(path).read_bytes()
     assert data.startswith(HEADER), f"{path}: not a W&B run file"
     pos, out, parts = len(HEADER), [], b""
@@ -32,6 +48,8 @@ def records(path: Path) -> list[pb.Record]:
             pos += left
             continue
         chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if len(chunk) < length:
+            raise ValueError(f"{path}: a record cut short at byte {pos - 7 - length}")
         if kind in (1, 4):
             rec = pb.Record()
             rec.ParseFromString(parts + chunk)
