@@ -273,7 +273,8 @@ class PipelineRun:
 
     def all_settled(self, problems: dict[str, Problem]) -> bool:
         """Whether every (row, layout, size) has its final result on disk already (a finished run's
-        rerun), checked in the driver and given up at the first one that has not."""
+        rerun), checked in the driver and given up at the first one that has not: it costs what
+        validating those rows costs, the stream's own first step."""
         if not self.done:
             return False
         done, skipped = frozenset(self.done), 0
@@ -340,7 +341,7 @@ def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[st
     result already: then nothing starts and nothing is evaluated.
     """
     run = PipelineRun(rows, cfg, problems, results_dir, flush_every, resume, problems_dir)
-    if run.all_settled(problems):  # checked in the driver, row by row: costs what validating the rows costs
+    if run.all_settled(problems):
         log.info("resume: nothing left to evaluate in %s: no gang started", results_dir)
         run.close()
         if on_progress:

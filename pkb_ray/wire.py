@@ -19,9 +19,12 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 from functools import cache
-from typing import Any, ClassVar, Literal, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Union
 
 from pkb_ray.names import Side
+
+if TYPE_CHECKING:  # imported where it is used (parse_report): ranks never load pydantic
+    from pydantic import ValidationError
 
 
 class Step:
@@ -159,7 +162,7 @@ def _validator(kind: type[Record]):
     return TypeAdapter(kind)
 
 
-def _first_error(exc) -> str:
+def _first_error(exc: ValidationError) -> str:
     error = exc.errors()[0]
     return f"{'.'.join(map(str, error['loc'])) or 'the report'}: {error['msg']}"
 
@@ -314,7 +317,8 @@ _COMMANDS: dict[str, type[Command]] = {c.step: c for c in (ComputeReference, Run
 
 
 def as_dict(record: Record) -> dict[str, Any]:
-    """The record as JSON-ready data (nested records as dicts, a Side as its string)."""
+    """The record as data ``json.dumps`` takes: nested records become dicts; a Side stays a ``str``
+    enum, which json writes as its value."""
     return asdict(record)
 
 

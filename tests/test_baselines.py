@@ -81,6 +81,7 @@ def test_the_sink_saves_each_row_as_it_arrives(tmp_path):
                                 **where.fields)
     sink.add(crashed)
     rows = {r["problem_id"]: r for r in baselines.load(tmp_path / "b", "cpu_gloo")}
-    assert set(rows) == {"broadcast", "all_reduce", "all_gather"} and rows["all_gather"]["status"] == "crash" and rows["all_gather"]["ref_time_us"] is None
+    assert set(rows) == {"broadcast", "all_reduce", "all_gather"}
+    assert rows["all_gather"]["status"] == "crash" and rows["all_gather"]["ref_time_us"] is None
     assert rows["all_gather"]["message"] == "rank 1 died" and [r["problem_id"] for r in sink.rows] == [
         "all_reduce", "all_gather"]
