@@ -207,7 +207,7 @@ class RankSet:
             store_addr = f"127.0.0.1:{self._store.port}"
         prefix = prefix or uuid.uuid4().hex
         child = child_env(env, num_threads, multicast=multicast, collective_timeout_s=pg_timeout_s, isolation=level)
-        rank_argv = [sys.executable, "-m", "pkb_ray.runner.rank", "--world-size", str(self.world_size),
+        rank_args = ["--world-size", str(self.world_size),
                      "--store", store_addr, "--prefix", prefix, "--backend", backend, "--job-dir", str(self.job_dir),
                      "--pg-timeout", str(pg_timeout_s), "--num-threads", str(num_threads), "--role", role,
                      *(["--host-store"] if own_network else [])]
@@ -219,7 +219,7 @@ class RankSet:
             r, w = os.pipe()  # reports up
             writes.append(w)
             self._reports[rank] = protocol.ReportReader(r)
-        spec = {"job_dir": str(self.job_dir), "argv": rank_argv, "ranks": self.ranks, "fds": reads,
+        spec = {"job_dir": str(self.job_dir), "rank_args": rank_args, "ranks": self.ranks, "fds": reads,
                 "report_fds": writes, "devices": {str(r): d for r, d in zip(self.ranks, devices)}}
         policy = isolation.policy(self.job_dir, len(self.ranks),
                                   sandbox.Network.OWN if own_network else sandbox.Network.HOST)

@@ -2,11 +2,13 @@
 
 All W ranks of a sample share one sandbox (one PID namespace, so that NCCL, CUDA IPC and torch
 symmetric memory work between them), so one process inside starts them: this one. It imports
-no torch and no candidate. For each rank it starts ``pkb_ray.runner.rank`` with that rank's
-command pipe (a file descriptor the parent passed through the sandbox) as stdin, the write end of
-its report pipe, and its log as stdout, then waits; when a rank ends, it writes ``rank<R>.exit`` (its exit code, negative for a
-signal) in the job folder. It exits when every rank has ended; the sandbox, and everything any
-rank started, goes with it.
+torch and the rank's modules once (about 1.5 s of CPU that W fresh interpreters would each pay),
+touches no device and starts no thread, then forks each rank (:func:`pkb_ray.runner.rank.main`)
+with that rank's command pipe (a file descriptor the parent passed through the sandbox) as stdin,
+the write end of its report pipe, its log as stdout and stderr, and no other descriptor. No
+candidate ever runs here. It then waits; when a rank ends, it writes ``rank<R>.exit`` (its exit
+code, negative for a signal) in the job folder. It exits when every rank has ended; the sandbox,
+and everything any rank started, goes with it.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 
@@ -33,16 +35,15 @@ def read_exit(job_dir: Path, rank: int) -> int | None:
 def main(argv: list[str] | None = None) -> int:
     spec = json.loads((argv or sys.argv[1:])[0])
     job_dir = Path(spec["job_dir"])
+    preload()
     procs = {}
     for rank, fd, report_fd in zip(spec["ranks"], spec["fds"], spec["report_fds"]):
-        log = open(job_dir / f"rank{rank}.log", "wb")
-        procs[subprocess.Popen(spec["argv"] + ["--rank", str(rank), "--device", spec["devices"][str(rank)],
-                                               "--report-fd", str(report_fd)],
-                               stdin=fd, stdout=log, stderr=subprocess.STDOUT, cwd=os.getcwd(),
-                               pass_fds=(report_fd,)).pid] = rank
-        log.close()
-        os.close(fd)
-        os.close(report_fd)
+        log = os.open(job_dir / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        args = [*spec["rank_args"], "--rank", str(rank), "--device", spec["devices"][str(rank)],
+                "--report-fd", str(report_fd)]
+        procs[fork_rank(args, stdin=fd, log=log, keep=report_fd)] = rank
+        for own in (log, fd, report_fd):
+            os.close(own)
     while procs:
         try:
             pid, status = os.wait()
@@ -56,6 +57,44 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_text(str(code))
         os.replace(tmp, exit_path(job_dir, rank))
     return 0
+
+
+def preload() -> None:
+    """What every rank imports, imported once before the forks. Importing torch starts no thread
+    and initialises no device (CUDA is set up in each rank, after its fork)."""
+    import torch.distributed  # noqa: F401
+    import pkb_ray.runner.candidate  # noqa: F401
+    import pkb_ray.runner.clean  # noqa: F401
+    import pkb_ray.runner.rank  # noqa: F401
+
+
+def fork_rank(args: list[str], *, stdin: int, log: int, keep: int) -> int:
+    """Fork one rank running ``pkb_ray.runner.rank.main(args)``; it holds descriptors 0-2 and
+    ``keep`` only (as a fresh ``subprocess.Popen`` would), and never returns into this loop."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        os.dup2(stdin, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.closerange(3, keep)
+        os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+        from pkb_ray.runner import rank
+
+        sys.argv = [rank.__file__, *args]
+        code = rank.main(args)
+    except SystemExit as exc:  # argparse's errors, or a rank that returns through SystemExit
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - whatever failed, this child must end here
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 if __name__ == "__main__":

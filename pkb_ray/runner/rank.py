@@ -1,7 +1,8 @@
 """One rank process: ``python -m pkb_ray.runner.rank --rank R ...``.
 
-Started by :class:`pkb_ray.ranks.RankSet`, fresh for every sample. It imports torch, joins the
-process group, sets its device, says it is ready, then obeys steps read one JSON line at a time
+Forked for every sample by the launcher of a :class:`pkb_ray.ranks.RankSet`
+(:mod:`pkb_ray.runner.launch`, which imported torch already; run as a module, it starts alone). It
+joins the process group, sets its device, says it is ready, then obeys steps read one JSON line at a time
 from the command pipe (the stdin it was started with; the candidate gets /dev/null instead), each
 a :mod:`pkb_ray.wire` command:
 
