@@ -37,6 +37,7 @@ from pkb_ray.config import SweepConfig
 from pkb_ray.cluster import NOSET_CUDA
 from pkb_ray.pipeline import prepare_here
 from pkb_ray.problem import load_problems
+from pkb_ray.runner.launch import RANK_NAME, process_name
 from pkb_ray.samples import read_samples
 from pkb_ray.stages.compile import build_settings
 from pkb_ray.placement import Layout
@@ -170,12 +171,13 @@ def _has_nvidia_smi() -> bool:
 def rank_processes() -> list[str]:
     found = []
     for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or process_name(int(entry.name)) != RANK_NAME:
+            continue
         try:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "pkb_ray.runner.rank" in cmd:
-            found.append(f"{entry.name}: {cmd[:120]}")
+        found.append(f"{entry.name}: {cmd[:120]}")
     return found
 
 

@@ -100,8 +100,11 @@ def pid_alive(pid: int) -> bool:
 def rank_processes(under: Path, clean: bool = False, ranks_only: bool = False) -> list[int]:
     """Live processes of rank sets whose command line mentions a path under ``under`` (their job
     folder): the ranks, and (unless ``ranks_only``) their launcher and sandbox; the harness's clean
-    rank set (which lives until the harness closes) only if ``clean``."""
-    modules = ("pkb_ray.runner.rank",) if ranks_only else ("pkb_ray.runner.rank", "pkb_ray.runner.launch")
+    rank set (which lives until the harness closes) only if ``clean``. Ranks are forked from the
+    launcher (same command line) and renamed (:data:`pkb_ray.runner.launch.RANK_NAME`)."""
+    from pkb_ray.runner.launch import RANK_NAME, process_name
+
+    modules = ("pkb_ray.runner.rank", "pkb_ray.runner.launch")
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -111,6 +114,8 @@ def rank_processes(under: Path, clean: bool = False, ranks_only: bool = False) -
         except OSError:
             continue
         started = any(a == "-m" and b in modules for a, b in zip(argv, argv[1:]))
+        if ranks_only and started:
+            started = process_name(int(entry.name)) == RANK_NAME
         line = " ".join(argv)
         if started and str(under) in line and (clean or "/clean-" not in line) and pid_alive(int(entry.name)):
             found.append(int(entry.name))

@@ -28,6 +28,7 @@ from pkb_ray import reaper
 from pkb_ray.metrics import summarize
 from pkb_ray.names import Status
 from pkb_ray.results import read_results
+from pkb_ray.runner.launch import RANK_NAME, process_name
 from pkb_ray.samples import read_samples
 
 SHIPPED = read_samples(REPO / "samples" / "replay")
@@ -94,7 +95,7 @@ def shipped(tmp_path_factory) -> ShippedRun:
     while time.monotonic() < deadline and len(read_results(run.results)) < len(run.after_term) + 5:
         time.sleep(0.5)
     run.killed_tree = reaper.descendants({driver.pid})  # its local Ray, the gangs, their rank processes
-    run.killed_had_ranks = any("pkb_ray.runner.rank" in _cmdline(pid) for pid in run.killed_tree)
+    run.killed_had_ranks = any(process_name(pid) == RANK_NAME for pid in run.killed_tree)
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     deadline = time.monotonic() + 30

@@ -20,6 +20,8 @@ import sys
 import traceback
 from pathlib import Path
 
+RANK_NAME = "pkb_ray.rank"  # a forked rank's process name (ps, top, /proc/PID/comm); its command line is ours
+
 
 def exit_path(job_dir: Path, rank: int) -> Path:
     return job_dir / f"rank{rank}.exit"
@@ -35,7 +37,7 @@ def read_exit(job_dir: Path, rank: int) -> int | None:
 def main(argv: list[str] | None = None) -> int:
     spec = json.loads((argv or sys.argv[1:])[0])
     job_dir = Path(spec["job_dir"])
-    preload()
+    preload(spec["rank_args"])
     procs = {}
     for rank, fd, report_fd in zip(spec["ranks"], spec["fds"], spec["report_fds"]):
         log = os.open(job_dir / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -59,13 +61,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def preload() -> None:
-    """What every rank imports, imported once before the forks. Importing torch starts no thread
-    and initialises no device (CUDA is set up in each rank, after its fork)."""
+def preload(rank_args: list[str]) -> None:
+    """What every rank of this set imports, imported once before the forks: torch, the rank, and
+    the session of its ``--role``. Importing torch starts no thread (with OMP_NUM_THREADS=1, as
+    ranks get it) and initialises no device (CUDA is set up in each rank, after its fork)."""
+    import importlib
+
     import torch.distributed  # noqa: F401
-    import pkb_ray.runner.candidate  # noqa: F401
-    import pkb_ray.runner.clean  # noqa: F401
     import pkb_ray.runner.rank  # noqa: F401
+
+    role = rank_args[rank_args.index("--role") + 1] if "--role" in rank_args else "candidate"
+    importlib.import_module(f"pkb_ray.runner.{'clean' if role == 'clean' else 'candidate'}")
 
 
 def fork_rank(args: list[str], *, stdin: int, log: int, keep: int) -> int:
@@ -83,6 +89,7 @@ def fork_rank(args: list[str], *, stdin: int, log: int, keep: int) -> int:
         os.dup2(log, 2)
         os.closerange(3, keep)
         os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+        name_process(RANK_NAME)
         from pkb_ray.runner import rank
 
         sys.argv = [rank.__file__, *args]
@@ -95,6 +102,20 @@ def fork_rank(args: list[str], *, stdin: int, log: int, keep: int) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def name_process(name: str) -> None:
+    try:
+        Path("/proc/self/comm").write_text(name)
+    except OSError:  # no /proc: the name is cosmetic
+        pass
+
+
+def process_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 if __name__ == "__main__":
