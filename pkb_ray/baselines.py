@@ -141,7 +141,8 @@ def run(cfg: SweepConfig, out_dir: Path) -> Path:
     cfg, problems, results_dir = inputs.cfg, inputs.problems, inputs.results_dir
     start_ray(cfg)  # a cluster without room for a gang of every layout fails now, before any measurement
     baselines_dir = resolve_path(cfg.baselines_dir)
-    results_dir.mkdir(parents=True, exist_ok=True)  # before any gang starts: the rank sandboxes hide it
+    if isinstance(results_dir, Path):  # a local one, made before any gang starts: the rank sandboxes hide it
+        results_dir.mkdir(parents=True, exist_ok=True)
     rows = measure(cfg, problems, sorted(inputs.chosen), results_dir, baselines_dir)
     failed = [r for r in rows if r["status"] != Status.CORRECT.value]
     print(f"{len(rows) - len(failed)} baselines -> {path_for(baselines_dir, cfg.hardware.name)}" + (

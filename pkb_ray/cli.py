@@ -3,50 +3,56 @@
     pkb-ray sweep [group=option ...]         # python -m pkb_ray.sweep (Hydra; -m for a sweep)
     pkb-ray baselines [group=option ...]     # python -m pkb_ray.baselines
     pkb-ray report RUN [RUN ...] --out DIR   # one page over runs, results or multirun folders
+    pkb-ray submit [--address URL] [group=option ...] # a sweep as a Ray Job; results on s3:// etc.
+    pkb-ray compare A B [--out DIR] [--alpha 0.05] # B against A, with intervals; exit 1 on a regression
     pkb-ray prompt problem=ID [backend=B ...] # what a model is asked for a problem
+    pkb-ray ls [problems [--category C] | groups] # what a run would see (same overrides as a sweep)
+    pkb-ray help config                      # every config key: type, default, description
     pkb-ray cache clear|verify               # the reference cache
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from pkb_ray.paths import CONF_DIR
+from pkb_ray.compose import config_groups, groups_help, keys_help
 
-CONF = CONF_DIR
 EXAMPLES = """examples:
   pkb-ray sweep                                          # the shipped replay set, local Ray, gloo, W&B offline
   pkb-ray sweep problems=smoke eval.size=default
-  pkb-ray sweep hardware=h200_2 eval=gpu ray=cluster     # 2 GPUs, NCCL, join a cluster
+  pkb-ray sweep hardware=h200_2 ray=cluster              # 2 GPUs, NCCL (eval follows: gpu), join a cluster
+  pkb-ray sweep problems=smoke model.limit_per_problem=1 # a partial run: one sample per problem
   pkb-ray sweep -m model=replay,kernels backend=cuda,all # a sweep: one job per combination
   pkb-ray sweep problems=pkb pkb.root=~/src/pkb model.samples=<folder of solutions_*>
   pkb-ray report multirun/<date>/<time> --out report/
-  pkb-ray baselines hardware=h200_2 eval=gpu
+  pkb-ray submit --key-file ~/.pkb_ray/openai_key hardware=h200_8 results_dir=s3://bucket/runs/x
+  pkb-ray compare outputs/<old run> outputs/<new run> --out compare/
+  pkb-ray baselines hardware=h200_2
   pkb-ray prompt problem=all_reduce backend=cuda
+  pkb-ray ls problems problems=smoke
 """
 
 
-def config_groups(conf: Path = CONF) -> dict[str, list[str]]:
-    """Each Hydra config group and its options (``_base`` files are shared defaults, not options)."""
-    return {d.name: sorted(f.stem for f in d.glob("*.yaml") if not f.stem.startswith("_"))
-            for d in sorted(conf.iterdir()) if d.is_dir() and any(d.glob("*.yaml"))}
+__all__ = ["config_groups", "main", "usage"]  # config_groups: for callers of the old home
 
 
 def usage() -> str:
-    groups = "\n".join(f"  {g:10s} {', '.join(opts)}" for g, opts in config_groups().items())
-    return f"{__doc__.strip()}\n\n{EXAMPLES}\nconfig groups (group=option; any key with key=value):\n{groups}\n"
+    return (f"{__doc__.strip()}\n\n{EXAMPLES}\nconfig groups (group=option; any key with key=value: "
+            f"pkb-ray help config):\n{groups_help()}\n")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["help", "config"]:
+        print(keys_help())
+        return 0
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
         return 0
     command, rest = argv[0], argv[1:]
     if command in ("sweep", "baselines"):
         if rest and rest[0] in ("-h", "--help"):
-            print(usage())
+            print(f"{usage()}\n{keys_help()}")
             return 0
         sys.argv = [f"pkb-ray {command}", *rest]  # Hydra reads sys.argv
         if command == "sweep":
@@ -59,10 +65,22 @@ def main(argv: list[str] | None = None) -> int:
         from pkb_ray.summary.cli import main as report
 
         return report(rest)
+    if command == "submit":
+        from pkb_ray.submit import main as submit
+
+        return submit(rest)
+    if command == "compare":
+        from pkb_ray.summary.cli import compare_main
+
+        return compare_main(rest)
     if command == "prompt":
         from pkb_ray.prompt import main as prompt
 
         return prompt(rest)
+    if command == "ls":
+        from pkb_ray.listing import main as listing
+
+        return listing(rest)
     if command == "cache":
         from pkb_ray.cache import main as cache
 

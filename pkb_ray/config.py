@@ -1,13 +1,17 @@
 """The run's configuration as pydantic models: what Hydra composes is validated here, at start.
 
-A wrong key or value fails before any work with a message naming the key
-(``eval.trials: Input should be greater than 0``). Each group mirrors a folder of ``conf/``.
+A wrong key or value fails before any work with one message naming every bad key and its file
+(``eval.trials (conf/eval/cpu.yaml): Input should be greater than 0``), unknown keys with close
+matches. Each group mirrors a folder of ``conf/``.
 """
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -41,6 +45,9 @@ class ModelConfig(_Strict):
     api_key_env: str | None = Field("OPENAI_API_KEY", description="the environment variable holding the API key "
                                                                   "(the key itself is never in a config); None: none")
     samples_per_problem: int = Field(4, ge=1, description="K samples per problem (and backend)")
+    limit_per_problem: int | None = Field(None, ge=1, description="evaluate (and ask for) at most N samples per "
+                                          "problem, the lowest sample indices: a partial run, so marked in its "
+                                          "summary; None: all")
     temperature: float = Field(0.7, ge=0)
     top_p: float | None = Field(None, gt=0, le=1)
     max_tokens: int = Field(8192, ge=1)
@@ -50,10 +57,26 @@ class ModelConfig(_Strict):
     seed: int | None = Field(0, description="request seed (sample i of a problem asks with seed + i)")
     concurrency: int = Field(8, ge=1, description="requests in flight at once")
     requests_per_second: float = Field(2.0, gt=0)
-    max_retries: int = Field(6, ge=0, description="retries of a request on 429, 5xx, timeouts, dropped connections")
+    max_retries: int = Field(6, ge=0, description="retries of a request by the openai client: 429, 408, 409, 5xx, "
+                             "timeouts, dropped connections; backoff 0.5 s doubling to 8 s, or Retry-After")
     timeout_s: float = Field(600.0, gt=0, description="limit for one request")
     refine_rounds: int = Field(0, ge=0, description="rounds of feedback: failed or slow samples go back to the model")
     refine_below_speedup: float = Field(1.0, gt=0, description="a correct sample slower than this is refined too")
+    usd_per_mtok_in: float | None = Field(None, ge=0, description="price per million prompt tokens: generation's "
+                                                               "cost in W&B (None: not priced)")
+    usd_per_mtok_out: float | None = Field(None, ge=0, description="price per million completion tokens")
+
+    @property
+    def samples_asked(self) -> int:
+        """Samples asked for per problem and backend: K, or the limit when it is smaller."""
+        return min(self.samples_per_problem, self.limit_per_problem or self.samples_per_problem)
+
+    @property
+    def partial_note(self) -> str | None:
+        """What a run's summary says of a sample cap (None: every sample is evaluated)."""
+        if self.limit_per_problem is None:
+            return None
+        return f"at most {self.limit_per_problem} samples per problem (model.limit_per_problem)"
 
     @model_validator(mode="after")
     def _endpoint(self) -> "ModelConfig":
@@ -248,6 +271,8 @@ class WandbConfig(_Strict):
     group: str | None = Field(None, description="None: the sweep's folder name under -m, so a sweep's runs group "
                                                 "together; no group for a single run")
     tags: list[str] = Field(default_factory=list)
+    report: bool = Field(True, description="online runs: also save a W&B Report laid out like report.html "
+                                           "(wandb-workspaces reports API)")
 
 
 class PkbConfig(_Strict):
@@ -271,10 +296,11 @@ class SweepConfig(_Strict):
     pkb: PkbConfig = PkbConfig()
     problems_dir: str | None = Field(None, description="None: the problems/ folder of this checkout")
     output_dir: str = "."
-    results_dir: str | None = Field(None, description="None: <output_dir>/results. Name a folder to resume a "
-                                                      "sweep there: samples with a final result are skipped")
+    results_dir: str | None = Field(None, description="None: <output_dir>/results. Name a folder (or a URI: "
+                                    "s3://bucket/prefix, gs://, hdfs://, file://) to resume a sweep there: samples "
+                                    "with a final result are skipped")
     generated_dir: str | None = Field(None, description="None: <output_dir>/generated. Generated samples (Parquet); "
-                                                        "name a folder to reuse them: nothing is generated twice")
+                                      "name a folder or URI to reuse them: nothing is generated twice")
     cache_dir: str = Field("~/.cache/pkb_ray", description="reference outputs, reused across runs")
     baselines_dir: str = Field("baselines", description="reference timings per hardware profile "
                                                         "(python -m pkb_ray.baselines writes <name>.json there)")
@@ -291,11 +317,130 @@ class SweepConfig(_Strict):
         return self
 
 
-def validate_config(raw: dict[str, Any], source: str = "config") -> SweepConfig:
-    """Validate a composed config; raise ConfigError naming the first bad key."""
+# hardware.device -> the eval profile (conf/eval/<name>.yaml) tuned for it. Each hardware profile's
+# defaults pick it (``- override /eval@_global_.eval: gpu``), so an eval left out follows the hardware.
+EVAL_PROFILES = {"cpu": "cpu", "cuda": "gpu"}
+
+
+def validate_config(raw: dict[str, Any], source: str = "config", choices: Mapping[str, Any] | None = None,
+                    explicit: Collection[str] = ()) -> SweepConfig:
+    """Validate a composed config; raise one ConfigError listing every error of :func:`check_config`."""
+    cfg, errors = check_config(raw, choices, explicit)
+    if errors:
+        raise ConfigError(config_errors(errors, source))
+    return cfg
+
+
+def check_config(raw: dict[str, Any], choices: Mapping[str, Any] | None = None,
+                 explicit: Collection[str] = ()) -> tuple[SweepConfig | None, list[str]]:
+    """The validated config (None if invalid) and every error: each bad key (unknown ones with close
+    matches) and an eval profile that disagrees with the hardware's device. ``choices``: Hydra's
+    group choices (``hydra.runtime.choices``: they name the file of each key); ``explicit``: the
+    groups the command line chose."""
+    errors, cfg = [], None
     try:
-        return SweepConfig.model_validate(raw)
+        cfg = SweepConfig.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(f"{source}: {key}: {err['msg']}") from None
+        errors = [_describe(err, choices or {}) for err in exc.errors()]
+    device = cfg.hardware.device if cfg else (raw.get("hardware") or {}).get("device", "cpu")
+    mismatch = profile_mismatch(device, choices or {}, explicit)
+    if mismatch:
+        errors.append(mismatch)
+    return (None if errors else cfg), errors
+
+
+def config_errors(errors: list[str], source: str = "config") -> str:
+    """One message for every error found: a line of its own each when there are several."""
+    if len(errors) == 1:
+        return f"{source}: {errors[0]}"
+    return f"{source}: {len(errors)} errors\n" + "\n".join(f"  {e}" for e in errors)
+
+
+def _describe(err: dict, choices: Mapping[str, Any]) -> str:
+    loc = [str(p) for p in err["loc"]]
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg += did_you_mean(loc[-1], _fields_at(loc[:-1]), prefix="".join(f"{p}." for p in loc[:-1]))
+    if not loc:
+        return msg
+    group = loc[0] if loc[0] in choices else None  # the key came from conf/<group>/<choice>.yaml (or an override)
+    where = f" (conf/{group}/{choices[group]}.yaml)" if group else (" (conf/config.yaml)" if choices else "")
+    return f"{'.'.join(loc)}{where}: {msg}"
+
+
+def did_you_mean(word: str, known: Collection[str], prefix: str = "") -> str:
+    """'; did you mean X?' for the close matches of ``word`` among ``known`` ('' for none), each
+    written after ``prefix`` (``eval.``, ``hardware=``)."""
+    close = difflib.get_close_matches(word, list(known), n=2, cutoff=0.6)
+    names = [f"{prefix}{c}" for c in close]
+    return f"; did you mean {' or '.join(names)}?" if names else ""
+
+
+def _fields_at(path: list[str]) -> list[str]:
+    """The keys of the config section at ``path`` (none where it is not a section: a dict, a list)."""
+    model: type[BaseModel] = SweepConfig
+    for part in path:
+        field = model.model_fields.get(part)
+        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+            return []
+        model = field.annotation
+    return list(model.model_fields)
+
+
+def unknown_key(dotted: str) -> str | None:
+    """The error of a command-line key that names no config key (``eval.timout_s``), else None. Keys
+    below a dict-valued key (``eval.tolerances.x``) are the dict's own: not checked here."""
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        known = _fields_at(parts[:i])
+        if not known:
+            return None
+        if part not in known:
+            return f"{dotted}: no such key{did_you_mean(part, known, ''.join(f'{p}.' for p in parts[:i]))}"
+    return None
+
+
+def profile_mismatch(device: str, choices: Mapping[str, Any], explicit: Collection[str]) -> str | None:
+    """Why the eval profile cannot go with the hardware's device (None: it can, or it is not ours to
+    say: a profile of neither device, or eval chosen over the default hardware)."""
+    hw, ev = choices.get("hardware"), choices.get("eval")
+    want = EVAL_PROFILES.get(device)
+    if want is None or ev == want or ev not in EVAL_PROFILES.values():
+        return None
+    if "eval" in explicit and "hardware" not in explicit:
+        return None
+    what = (f"hardware, eval: hardware.device is {device} (hardware={hw}, conf/hardware/{hw}.yaml) but eval={ev} "
+            f"(conf/eval/{ev}.yaml) is the profile of another device")
+    if "eval" in explicit:
+        return f"{what}: choose eval={want}, or leave eval out and it follows the hardware"
+    if "hardware" in explicit:
+        return (f"{what}: add '- override /eval@_global_.eval: {want}' to the defaults of conf/hardware/{hw}.yaml, "
+                f"or choose eval={want}")
+    return f"{what}: choose eval={want}"
+
+
+def key_docs(model: type[BaseModel] = SweepConfig, prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """(key, type, default, description) of every config key, sections flattened: the reference
+    that ``--help`` prints, generated from the models so it cannot fall behind them."""
+    out = []
+    for name, field in model.model_fields.items():
+        key, ann = f"{prefix}{name}", field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out += key_docs(ann, f"{key}.")
+            continue
+        default = field.default_factory() if field.default_factory else field.default
+        out.append((key, _type_name(ann), "null" if default is None else str(default), field.description or ""))
+    return out
+
+
+def _type_name(ann: Any) -> str:
+    args = get_args(ann)
+    if get_origin(ann) is Literal:
+        return "|".join(str(a) for a in args)
+    if get_origin(ann) in (Union, UnionType):
+        return " | ".join(_type_name(a) for a in args)
+    if get_origin(ann) in (list, dict):
+        return f"{get_origin(ann).__name__}[{', '.join(_type_name(a) for a in args)}]"
+    if get_origin(ann) is Annotated:
+        return _type_name(args[0])
+    return "null" if ann is type(None) else getattr(ann, "__name__", str(ann))

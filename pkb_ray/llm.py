@@ -1,9 +1,11 @@
 """Asking an OpenAI-compatible chat-completions endpoint, politely: rate limit, retries, extraction.
 
-:class:`ChatClient` wraps the ``openai`` client (its own retries off) with a token-bucket limit
-on requests per second and a retry loop with exponential backoff and jitter on 429, 5xx,
-timeouts and dropped connections, honouring ``Retry-After``. Other errors (400, 401, 404) fail
-at once. :func:`extract_code` takes the solution out of a reply. No Ray here.
+:class:`ChatClient` wraps the ``openai`` client, whose own retries (``model.max_retries``) cover
+429, 408, 409, 5xx, timeouts and dropped connections with exponential backoff (0.5 s doubling to
+8 s, jittered), honouring ``Retry-After`` / ``retry-after-ms`` up to two minutes and the server's
+``x-should-retry``. Other errors (400, 401, 404) fail at once. Every attempt, retries included,
+first passes a token-bucket limit on requests per second (an httpx request hook).
+:func:`extract_code` takes the solution out of a reply. No Ray here.
 
 The API key is read from the environment variable the config names, and only handed to the
 client: it is never logged, stored or put in an error message.
@@ -12,16 +14,12 @@ client: it is never logged, stored or put in an error message.
 from __future__ import annotations
 
 import os
-import random
 import re
 import threading
 import time
 from dataclasses import dataclass
 
 from pkb_ray.config import ModelConfig
-
-RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
-MAX_BACKOFF_S = 60.0
 
 
 class GenerationError(RuntimeError):
@@ -70,63 +68,52 @@ def api_key(cfg: ModelConfig) -> str:
     return key
 
 
-def _retry_after(exc: Exception) -> float | None:
-    response = getattr(exc, "response", None)
-    value = response.headers.get("retry-after") if response is not None else None
+def _attempts(exc: Exception) -> int:
+    """How many requests the openai client sent before raising (it numbers its retries in a header)."""
+    request = getattr(exc, "request", None)
     try:
-        return float(value) if value is not None else None
+        return int(request.headers.get("x-stainless-retry-count", 0)) + 1 if request is not None else 1
     except ValueError:
-        return None
+        return 1
 
 
 class ChatClient:
-    """One endpoint, shared by threads: every request passes the rate limiter."""
+    """One endpoint, shared by threads: every request, retries included, passes the rate limiter."""
 
-    def __init__(self, cfg: ModelConfig, backoff_s: float = 1.0):
+    def __init__(self, cfg: ModelConfig):
         import openai
 
-        self.cfg, self.backoff_s = cfg, backoff_s
+        self.cfg = cfg
         self.openai = openai
-        self.client = openai.OpenAI(base_url=cfg.base_url, api_key=api_key(cfg), max_retries=0, timeout=cfg.timeout_s)
         self.limiter = RateLimiter(cfg.requests_per_second, burst=min(cfg.concurrency, cfg.requests_per_second))
-
-    def _retryable(self, exc: Exception) -> bool:
-        o = self.openai
-        if isinstance(exc, (o.APITimeoutError, o.APIConnectionError)):
-            return True
-        return isinstance(exc, o.APIStatusError) and (exc.status_code in RETRY_STATUS or exc.status_code >= 500)
+        http = openai.DefaultHttpxClient(event_hooks={"request": [lambda request: self.limiter.acquire()]})
+        self.client = openai.OpenAI(base_url=cfg.base_url, api_key=api_key(cfg), max_retries=cfg.max_retries,
+                                    timeout=cfg.timeout_s, http_client=http)
 
     def complete(self, messages: list[dict], seed: int | None = None) -> Reply:
         cfg = self.cfg
         extra = {k: v for k, v in (("top_p", cfg.top_p), ("seed", seed)) if v is not None}
         extra[cfg.max_tokens_field] = cfg.max_tokens
-        for attempt in range(cfg.max_retries + 1):
-            self.limiter.acquire()
-            t0 = time.monotonic()
-            try:
-                r = self.client.chat.completions.create(model=cfg.model_id, messages=messages,
-                                                        temperature=cfg.temperature, **extra)
-            except Exception as exc:  # noqa: BLE001 - sorted into retry / fail below
-                if not isinstance(exc, self.openai.OpenAIError):
-                    raise GenerationError(f"malformed reply from the endpoint: {type(exc).__name__}: {exc}") from None
-                if not self._retryable(exc) or attempt == cfg.max_retries:
-                    tried = f" after {attempt + 1} attempts" if attempt else ""
-                    raise GenerationError(f"request failed{tried}: {type(exc).__name__}: {exc}") from None
-                delay = _retry_after(exc)
-                if delay is None:
-                    delay = min(MAX_BACKOFF_S, self.backoff_s * 2 ** attempt) * random.uniform(0.5, 1.0)
-                time.sleep(min(delay, MAX_BACKOFF_S))
-                continue
-            choices = getattr(r, "choices", None) or []
-            content = choices[0].message.content if choices and choices[0].message else None
-            if content is None:
-                raise GenerationError("malformed reply from the endpoint: no message content in choices[0]")
-            usage = getattr(r, "usage", None)
-            return Reply(content=content, prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
-                         completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
-                         finish_reason=str(choices[0].finish_reason or ""), latency_s=time.monotonic() - t0,
-                         attempts=attempt + 1, model=str(getattr(r, "model", "") or cfg.model_id))
-        raise AssertionError("unreachable")
+        t0 = time.monotonic()
+        try:
+            raw = self.client.chat.completions.with_raw_response.create(
+                model=cfg.model_id, messages=messages, temperature=cfg.temperature, **extra)
+            r = raw.parse()
+        except self.openai.OpenAIError as exc:
+            n = _attempts(exc)
+            tried = f" after {n} attempts" if n > 1 else ""
+            raise GenerationError(f"request failed{tried}: {type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - a body the client could not parse
+            raise GenerationError(f"malformed reply from the endpoint: {type(exc).__name__}: {exc}") from None
+        choices = getattr(r, "choices", None) or []
+        content = choices[0].message.content if choices and choices[0].message else None
+        if content is None:
+            raise GenerationError("malformed reply from the endpoint: no message content in choices[0]")
+        usage = getattr(r, "usage", None)
+        return Reply(content=content, prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+                     completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+                     finish_reason=str(choices[0].finish_reason or ""), latency_s=time.monotonic() - t0,
+                     attempts=raw.retries_taken + 1, model=str(getattr(r, "model", "") or cfg.model_id))
 
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)

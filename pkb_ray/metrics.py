@@ -16,17 +16,25 @@ row per group. Its columns, after the ``by`` columns:
     and KernelBench do. Samples the hardware could not run (``unsupported_hardware``) are neither
     passes nor failures: they are left out of n and c (still counted in ``n_unsupported_hardware``). A problem with fewer than k samples has no pass@k (NaN) and is left
     out of the mean; the group's value is NaN when no problem has k samples.
+``pass@{k}_se``
+    its standard error (:func:`pass_at_k_variance`): sqrt(sum of the problems' variances) / P over
+    the P problems averaged, the problems held fixed. NaN when any of them has exactly k samples
+    (one draw of k: no variance to estimate).
 ``pass@{k}_problems``
     over how many of ``problems`` pass@k was taken (those with at least k samples).
 ``fast_{p}@1``
     KernelBench's fast_p for p in :data:`FAST_P_THRESHOLDS`, spelled ``fast_0.0@1`` ...
     ``fast_2.0@1``: fast_p@1 (success = correct and speedup > p; p = 0 counts every correct
     sample), per problem and then averaged over problems like pass@k.
+``fast_{p}@1_lo``, ``fast_{p}@1_hi``
+    its 95 % bootstrap interval (:mod:`pkb_ray.intervals`: samples resampled within problems).
 ``geomean_speedup``, ``median_speedup``
     over the correct samples of the group, pooled; None/NaN/non-positive speedups are ignored.
     NaN when there is none.
 ``median_sol_fraction``
     median fraction of speed of light over the correct samples of the group, pooled, same rule.
+``geomean_speedup_lo``, ``_hi`` (and ``median_speedup_*``, ``median_sol_fraction_*``)
+    their 95 % bootstrap intervals, as for fast_p.
 ``n_{status}``
     one count per :class:`Status`, in the enum's order, zeros included
     (``n_invalid_sample``, ..., ``n_wrong_output``, ``n_correct``).
@@ -38,8 +46,10 @@ import math
 import statistics
 from typing import Iterable, Sequence
 
+import numpy as np
 import pandas as pd
 
+from pkb_ray import intervals
 from pkb_ray.names import Status
 
 FAST_P_THRESHOLDS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)  # KernelBench's fast_p, p = 0 is "correct"
@@ -59,6 +69,28 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def pass_at_k_variance(n: int, c: int, k: int) -> float:
+    """Estimated variance of :func:`pass_at_k` (n samples, c correct): the jackknife over the
+    samples, (n-1)/n * sum_i (theta_(i) - mean)^2 with theta_(i) the estimate without sample i.
+    For k = 1 it is the unbiased p(1 - p)/(n - 1), p = c/n. NaN when n <= k (no estimate
+    without a sample left out)."""
+    if k >= n:
+        pass_at_k(n, c, k)  # the same argument checks
+        return math.nan
+    without_correct = pass_at_k(n - 1, c - 1, k) if c else 0.0
+    without_wrong = pass_at_k(n - 1, c, k) if c < n else 0.0
+    mean = (c * without_correct + (n - c) * without_wrong) / n
+    return (n - 1) / n * (c * (without_correct - mean) ** 2 + (n - c) * (without_wrong - mean) ** 2)
+
+
+def pass_se(variances: Sequence[float]) -> float:
+    """Standard error of a mean over problems of their estimates, from each one's variance
+    (problems held fixed): sqrt(sum) / P; NaN without problems or when any variance is NaN."""
+    if not len(variances) or any(math.isnan(v) for v in variances):
+        return math.nan
+    return math.sqrt(sum(variances)) / len(variances)
 
 
 def fast_p_at_k(n: int, correct_speedups: Iterable[float | None], p: float, k: int = 1) -> float:
@@ -120,10 +152,12 @@ def _nan(x: float | None) -> float:
 
 
 def _problem_rates(pg: pd.DataFrame, ks: Sequence[int], ps: Sequence[float]) -> dict[str, float]:
-    """pass@k (NaN where k > n) and fast_p@1 of the samples of one problem."""
+    """pass@k and its variance (NaN where k > n) and fast_p@1 of the samples of one problem."""
     n = len(pg)
     correct = pg["status"] == Status.CORRECT.value
-    row = {pass_col(k): pass_at_k(n, int(correct.sum()), k) if k <= n else math.nan for k in ks}
+    c = int(correct.sum())
+    row = {pass_col(k): pass_at_k(n, c, k) if k <= n else math.nan for k in ks}
+    row.update({f"{pass_col(k)}_var": pass_at_k_variance(n, c, k) if k <= n else math.nan for k in ks})
     speedups = pg.loc[correct, "speedup"].tolist()
     row.update({fast_col(p): fast_p_at_k(n, speedups, p, 1) for p in ps})
     return row
@@ -132,31 +166,56 @@ def _problem_rates(pg: pd.DataFrame, ks: Sequence[int], ps: Sequence[float]) -> 
 def _group_row(g: pd.DataFrame, ks: Sequence[int], ps: Sequence[float]) -> dict[str, float]:
     """All summary metrics of one group of result rows (see the module docstring)."""
     runnable = g[g["status"] != Status.UNSUPPORTED_HARDWARE.value]
-    problems = [_problem_rates(pg, ks, ps) for _, pg in runnable.groupby(list(PROBLEM_KEY), dropna=False)]
-    rates = pd.DataFrame(problems, columns=[pass_col(k) for k in ks] + [fast_col(p) for p in ps])
+    by_problem = [pg for _, pg in runnable.groupby(list(PROBLEM_KEY), dropna=False)]
+    problems = [_problem_rates(pg, ks, ps) for pg in by_problem]
+    rates = pd.DataFrame(problems, columns=[f"{pass_col(k)}{v}" for k in ks for v in ("", "_var")]
+                         + [fast_col(p) for p in ps])
     ok = g[g["status"] == Status.CORRECT.value]
-    return {
-        "n": len(g),
-        "problems": len(problems),
-        **rates.mean().to_dict(),  # skips NaN: problems with fewer than k samples
-        **{f"{pass_col(k)}_problems": int(rates[pass_col(k)].notna().sum()) for k in ks},
+    points = {
         "geomean_speedup": _nan(geomean(ok["speedup"])),
         "median_speedup": _nan(median_speedup(ok["speedup"])),
         "median_sol_fraction": _nan(median_sol_fraction(ok["sol_fraction"])),
+    }
+    bounds = _bootstrap(pd.concat(by_problem) if by_problem else runnable, [len(pg) for pg in by_problem], ps)
+    return {
+        "n": len(g),
+        "problems": len(problems),
+        **{pass_col(k): rates[pass_col(k)].mean() for k in ks},  # skips NaN: problems with fewer than k samples
+        **{f"{pass_col(k)}_se": pass_se(rates[f"{pass_col(k)}_var"][rates[pass_col(k)].notna()].tolist()) for k in ks},
+        **{f"{pass_col(k)}_problems": int(rates[pass_col(k)].notna().sum()) for k in ks},
+        **{c: v for p in ps for c, v in ((fast_col(p), rates[fast_col(p)].mean()),
+                                         *bounds[fast_col(p)])},
+        **{c: v for name, point in points.items() for c, v in ((name, point), *bounds[name])},
         **{f"n_{s}": v for s, v in status_counts(g["status"]).items()},
     }
+
+
+def _bootstrap(samples: pd.DataFrame, sizes: list[int], ps: Sequence[float]) -> dict[str, list[tuple[str, float]]]:
+    """The ``_lo`` and ``_hi`` columns of fast_p@1 and of the speedup figures of one group, whose
+    ``samples`` lie problem after problem (``sizes``): see :mod:`pkb_ray.intervals`."""
+    r = intervals.resample(sizes)
+    correct = (samples["status"] == Status.CORRECT.value).to_numpy()
+    speedup = samples["speedup"].astype(float).where(correct).to_numpy()
+    sol = samples["sol_fraction"].astype(float).where(correct).to_numpy()
+    draws = {fast_col(p): intervals.share(r, speedup > p) for p in ps}  # NaN > p: False
+    draws["geomean_speedup"] = np.exp(intervals.log_geomean(r, speedup))
+    draws["median_speedup"] = intervals.median(r, speedup)
+    draws["median_sol_fraction"] = intervals.median(r, sol)
+    return {name: list(zip((f"{name}_lo", f"{name}_hi"), intervals.interval(d))) for name, d in draws.items()}
 
 
 def summary_columns(
     ks: Sequence[int] = (1, 5, 10), ps: Sequence[float] = FAST_P_THRESHOLDS
 ) -> list[str]:
     """The metric columns :func:`summarize` produces, in order (after the ``by`` columns)."""
+    bounded = lambda name: [name, f"{name}_lo", f"{name}_hi"]  # noqa: E731
     return (
         ["n", "problems"]
         + [pass_col(k) for k in ks]
+        + [f"{pass_col(k)}_se" for k in ks]
         + [f"{pass_col(k)}_problems" for k in ks]
-        + [fast_col(p) for p in ps]
-        + ["geomean_speedup", "median_speedup", "median_sol_fraction"]
+        + [c for p in ps for c in bounded(fast_col(p))]
+        + [c for name in ("geomean_speedup", "median_speedup", "median_sol_fraction") for c in bounded(name)]
         + [f"n_{s.value}" for s in Status]
     )
 
@@ -274,10 +333,13 @@ def final_and_rounds(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | Non
 
 
 def by_round(df: pd.DataFrame, max_round: int) -> pd.DataFrame:
-    """pass@1 and fast_1.0@1 per model after each refinement round 0..max_round."""
+    """pass@1, fast_1.0@1 and geomean speedup (with their intervals) per model after each
+    refinement round 0..max_round."""
+    scores = [pass_col(1), f"{pass_col(1)}_se", *(f"{c}{end}" for c in (fast_col(1.0), "geomean_speedup")
+                                                 for end in ("", "_lo", "_hi"))]
     frames = []
     for r in range(max_round + 1):
         s = summarize(state_after(df, r), ["model"], ks=(1,), ps=(1.0,))
-        frames.append(s[["model", "n", pass_col(1), fast_col(1.0), "geomean_speedup"]].assign(round=r))
+        frames.append(s[["model", "n", *scores]].assign(round=r))
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return out[["model", "round", "n", pass_col(1), fast_col(1.0), "geomean_speedup"]] if len(out) else out
+    return out[["model", "round", "n", *scores]] if len(out) else out

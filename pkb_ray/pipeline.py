@@ -253,7 +253,7 @@ class PipelineRun:
     """One run of the pipeline: the stream's items in, results out (sink, metrics, callbacks)."""
 
     def __init__(self, rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str, Problem],
-                 results_dir: Path, flush_every: int, resume: bool, problems_dir: str | None):
+                 results_dir: Path | str, flush_every: int, resume: bool, problems_dir: str | None):
         self.rows, self.cfg, self.problems_dir, self.results_dir = rows, cfg, problems_dir, results_dir
         self.done = finished(results_dir) if resume else set()
         self.results: list[Result] = []
@@ -327,8 +327,8 @@ class PipelineRun:
                      self.metrics.skipped, self.results_dir)
 
 
-def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str, Problem], results_dir: Path,
-                 flush_every: int = 64, on_result: Callable[[Result], None] | None = None,
+def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str, Problem],
+                 results_dir: Path | str, flush_every: int = 64, on_result: Callable[[Result], None] | None = None,
                  on_progress: Callable[[RunMetrics, float], None] | None = None,
                  resume: bool = True, problems_dir: str | None = None, report: dict | None = None,
                  start: Callable[[], None] | None = None) -> list[Result]:

@@ -103,10 +103,8 @@ def feedback(result: dict, cfg: SweepConfig, slow_below: float) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    from pkb_ray.config import ConfigError, validate_config
+    from pkb_ray.compose import compose_config
+    from pkb_ray.config import ConfigError
     from pkb_ray.problem import load_problems
 
     problem_id = next((a.split("=", 1)[1] for a in argv if a.startswith("problem=")), None)
@@ -115,10 +113,8 @@ def main(argv: list[str]) -> int:
         print("usage: python -m pkb_ray.prompt problem=<id> [backend=torch|cuda|triton] [hydra overrides ...]",
               file=sys.stderr)
         return 2
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        raw = compose(config_name="config", overrides=["output_dir=.", *overrides])
     try:
-        cfg = validate_config(OmegaConf.to_container(raw, resolve=True))
+        cfg = compose_config(overrides)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

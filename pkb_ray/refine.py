@@ -19,8 +19,9 @@ log = logging.getLogger(__name__)
 
 
 def evaluate_and_refine(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str, Problem], chosen: list,
-                        results_dir: Path, generated_dir: Path, problems_dir: str | None,
-                        on_progress: Callable | None = None, start: Callable[[], None] | None = None) -> None:
+                        results_dir: Path | str, generated_dir: Path | str, problems_dir: str | None,
+                        on_progress: Callable | None = None, start: Callable[[], None] | None = None,
+                        on_generation: Callable | None = None) -> None:
     """Evaluate ``rows``, then run up to ``model.refine_rounds`` rounds of feedback and evaluation
     (``start``: see :func:`~pkb_ray.pipeline.run_pipeline`)."""
     run_pipeline(rows, cfg, problems, results_dir, problems_dir=problems_dir, on_progress=on_progress, start=start)
@@ -31,6 +32,6 @@ def evaluate_and_refine(rows: list[dict[str, Any]], cfg: SweepConfig, problems: 
         log.info("refinement round %d: %d samples go back to the model", round_, len(asks))
         if not asks:
             break
-        new = generate(asks, cfg, generated_dir)
+        new = generate(asks, cfg, generated_dir, on_generation)
         generated += new
         run_pipeline(new, cfg, problems, results_dir, problems_dir=problems_dir, on_progress=on_progress, start=start)

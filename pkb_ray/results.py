@@ -24,9 +24,9 @@ from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 
 from pkb_ray.schema import RESULT_SCHEMA, Result, Where, is_final, results_to_table
+from pkb_ray.storage import Folder
 
 PARTITIONS = ("model", "problem_id")
 RESULT_KEY = ("sample_key", "world_size", "nodes", "size", "dtype", "hardware", "round")
@@ -45,34 +45,31 @@ def key_at(sample_key: str, round_: int, where: Where) -> tuple:
     return tuple(fields[k] for k in RESULT_KEY)
 
 
-def write_results(results: Iterable[Result], out_dir: str | Path) -> list[Path]:
-    """One new file per (model, problem) partition. Written under a dot-name (every reader skips
-    those) and renamed, so a reader never sees half a file."""
+def write_results(results: Iterable[Result], out_dir: str | Path | Folder) -> list[str]:
+    """One new file per (model, problem) partition, whole or not at all (:mod:`pkb_ray.storage`:
+    renamed from a dot-name on a disk, one put on an object store); returns their paths."""
+    folder = Folder.of(out_dir)
     by_partition: dict[tuple[str, str], list[Result]] = {}
     for r in results:
         by_partition.setdefault((r.model, r.problem_id), []).append(r)
     written = []
     for (model, problem), rows in sorted(by_partition.items()):
-        part = Path(out_dir) / f"model={quote(model, safe='')}" / f"problem_id={quote(problem, safe='')}"
-        part.mkdir(parents=True, exist_ok=True)
-        name = f"part-{uuid.uuid4().hex[:16]}.parquet"
-        tmp = part / f".{name}.tmp"
-        pq.write_table(results_to_table(rows).drop_columns(list(PARTITIONS)), tmp)
-        tmp.rename(part / name)
-        written.append(part / name)
+        rel = f"model={quote(model, safe='')}/problem_id={quote(problem, safe='')}/part-{uuid.uuid4().hex[:16]}.parquet"
+        written.append(folder.write_table(rel, results_to_table(rows).drop_columns(list(PARTITIONS))))
     return written
 
 
-def read_results(out_dir: str | Path):
-    """Every row under ``out_dir`` as a pandas DataFrame (partition columns as plain strings)."""
+def read_results(out_dir: str | Path | Folder):
+    """Every row under ``out_dir`` (a folder or URI) as a pandas DataFrame (partition columns as plain strings)."""
     import pandas as pd
 
-    root = Path(out_dir)
-    if not root.is_dir() or not any(root.rglob("*.parquet")):
+    folder = Folder.of(out_dir)
+    files = folder.files(".parquet")
+    if not files:
         return pd.DataFrame(columns=RESULT_SCHEMA.names)
     # the current schema: files written before a column existed read it as null
-    table = ds.dataset(str(root), format="parquet", partitioning=_PARTITIONING,
-                       schema=RESULT_SCHEMA).to_table()
+    table = ds.dataset([folder.join(f) for f in files], filesystem=folder.fs, format="parquet",
+                       partitioning=_PARTITIONING, partition_base_dir=folder.path, schema=RESULT_SCHEMA).to_table()
     df = table.to_pandas()
     return df.assign(nodes=df["nodes"].fillna(1).astype(int), round=df["round"].fillna(0).astype(int))
 
@@ -84,7 +81,7 @@ def newest(df):
     return df.sort_values("finished_at").drop_duplicates(list(RESULT_KEY), keep="last")
 
 
-def finished(out_dir: str | Path) -> set[tuple]:
+def finished(out_dir: str | Path | Folder) -> set[tuple]:
     """The :data:`RESULT_KEY` of every final result under ``out_dir`` (what a resumed run skips)."""
     df = read_results(out_dir)
     if df.empty:
@@ -98,8 +95,8 @@ class ResultSink:
     """Writes a run's results as they come: a file when ``max_rows`` are waiting, or when the oldest
     waiting one is ``max_wait_s`` old (checked on every add, and by a timer thread in between)."""
 
-    def __init__(self, out_dir: str | Path, max_rows: int = 64, max_wait_s: float = 1.0):
-        self.out_dir = Path(out_dir)
+    def __init__(self, out_dir: str | Path | Folder, max_rows: int = 64, max_wait_s: float = 1.0):
+        self.out_dir = Folder.of(out_dir)
         self.max_rows, self.max_wait_s = max_rows, max_wait_s
         self.written = 0
         self._waiting: list[Result] = []

@@ -17,6 +17,7 @@ from pkb_ray.names import Backend
 from pkb_ray.paths import CODE_ROOT, CONF_DIR, DATA_ROOT
 from pkb_ray.problem import LADDER, Problem, load_problems
 from pkb_ray.samples import read_samples
+from pkb_ray.storage import check, is_remote, is_uri, local_path
 
 
 def resolve_path(path: str) -> Path:
@@ -42,7 +43,9 @@ def private_paths(cfg: SweepConfig) -> list[Path]:
     an output folder of ".") is left visible; its results folder is still hidden."""
     out = resolve_path(cfg.output_dir).resolve()
     paths = [out, out / "results", out / "generated", out / "wandb"]
-    paths += [resolve_path(p).resolve() for p in (cfg.results_dir, cfg.generated_dir, cfg.model.samples) if p]
+    # a bucket is no path to hide: ranks get no credentials for it (their environment is an allowlist)
+    given = [p for p in (cfg.results_dir, cfg.generated_dir, cfg.model.samples) if p and not is_remote(p)]
+    paths += [resolve_path(str(local_path(p))).resolve() for p in given]
     needed = [CODE_ROOT, DATA_ROOT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
     return [p for p in dict.fromkeys(paths)
             if p.exists() and not any(n == p or n.is_relative_to(p) for n in needed)]
@@ -52,8 +55,9 @@ def hardware_profile(name: str) -> HardwareConfig:
     """The hardware profile ``conf/hardware/<name>.yaml``, validated (for scripts outside Hydra)."""
     from omegaconf import OmegaConf
 
-    return HardwareConfig.model_validate(OmegaConf.to_container(OmegaConf.load(CONF_DIR / "hardware" /
-                                                                              f"{name}.yaml")))
+    raw = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "hardware" / f"{name}.yaml"))
+    raw.pop("defaults", None)  # Hydra's: the eval profile it picks
+    return HardwareConfig.model_validate(raw)
 
 
 def _size_fields(cfg: SweepConfig) -> list[tuple[str, Any]]:
@@ -104,8 +108,26 @@ def select_rows(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str
     if cfg.problems.categories:
         ids &= {p.id for p in problems.values() if p.meta.category in cfg.problems.categories}
     backends = cfg.backend.backends
-    return [r for r in rows if (r.get("problem_id") in ids or r.get("problem_id") not in problems)
+    kept = [r for r in rows if (r.get("problem_id") in ids or r.get("problem_id") not in problems)
             and (backends is None or r.get("backend", Backend.TORCH) in backends)]
+    return first_samples(kept, cfg.model.limit_per_problem)
+
+
+def first_samples(rows: list[dict[str, Any]], limit: int | None) -> list[dict[str, Any]]:
+    """At most ``limit`` rows per model and problem, those of the lowest sample indices (rows without
+    a usable index last), in their order; None: all of them."""
+    if limit is None:
+        return rows
+
+    def index(r: dict[str, Any]) -> float:
+        i = r.get("sample_index")
+        return i if isinstance(i, int) and not isinstance(i, bool) else float("inf")
+
+    groups: dict[tuple, list[int]] = {}
+    for n, r in enumerate(rows):
+        groups.setdefault((r.get("model"), r.get("problem_id")), []).append(n)
+    keep = {n for members in groups.values() for n in sorted(members, key=lambda n: (index(rows[n]), n))[:limit]}
+    return [r for n, r in enumerate(rows) if n in keep]
 
 
 @dataclass(frozen=True)
@@ -117,13 +139,24 @@ class JobInputs:
     problems: dict[str, Problem]
     chosen: dict[str, Problem]
     problems_dir: str | None  # the folder every process loads the problems from (None: the shipped ones)
-    results_dir: Path
-    generated_dir: Path
+    results_dir: Path | str  # a local folder, or a remote URI as given (pkb_ray.storage)
+    generated_dir: Path | str
+
+    @property
+    def samples_path(self) -> Path | None:
+        """The replayed sample set (folder or file); None for a generating model."""
+        return resolve_path(self.cfg.model.samples) if self.cfg.model.provider == "replay" else None
+
+    def make_folders(self) -> None:
+        """The local ones of the results and generated folders (a bucket needs none)."""
+        for folder in (self.results_dir, self.generated_dir):
+            if isinstance(folder, Path):
+                folder.mkdir(parents=True, exist_ok=True)
 
     def replayed_rows(self) -> list[dict[str, Any]]:
         """The sample rows of ``model.samples`` this run covers. All problems are loaded: a row naming
         a problem of none is kept (validate reports it), one of another set is not."""
-        rows = read_samples(resolve_path(self.cfg.model.samples), self.cfg.model.name, self.problems)
+        rows = read_samples(self.samples_path, self.cfg.model.name, self.problems)
         return select_rows(rows, self.cfg, self.problems)
 
 
@@ -136,5 +169,14 @@ def job_inputs(cfg: SweepConfig, out_dir: Path) -> JobInputs:
     chosen = check_against_problems(cfg, problems)
     return JobInputs(
         cfg=cfg, problems=problems, chosen=chosen, problems_dir=str(folder) if folder else None,
-        results_dir=resolve_path(cfg.results_dir) if cfg.results_dir else out_dir / "results",
-        generated_dir=resolve_path(cfg.generated_dir) if cfg.generated_dir else out_dir / "generated")
+        results_dir=run_folder(cfg.results_dir, "results_dir") if cfg.results_dir else out_dir / "results",
+        generated_dir=run_folder(cfg.generated_dir, "generated_dir") if cfg.generated_dir else out_dir / "generated")
+
+
+def run_folder(value: str, key: str) -> Path | str:
+    """A folder a run writes: a path (resolved), a ``file://`` URI (its path), or a remote URI, as
+    given once it proved writable (:func:`pkb_ray.storage.check`: else ConfigError naming ``key``)."""
+    if not is_uri(value):
+        return resolve_path(value)
+    folder = check(value, key)
+    return Path(folder.path) if folder.is_local else value

@@ -8,7 +8,9 @@ table, and log the run to W&B (offline by default).
 from __future__ import annotations
 
 import logging
+import re
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
@@ -20,7 +22,7 @@ from pkb_ray.config import SweepConfig
 from pkb_ray.entry import hydra_main
 from pkb_ray.refine import evaluate_and_refine
 from pkb_ray.selection import JobInputs, job_inputs
-from pkb_ray.stages.generate import first_round
+from pkb_ray.stages.generate import first_round, require_key
 from pkb_ray.summary.publish import publish
 from pkb_ray.tracking import Tracker
 
@@ -35,17 +37,19 @@ def run(cfg: SweepConfig, out_dir: Path, sweep_group: str | None = None, job: st
     """
     inputs = job_inputs(cfg, out_dir)  # a config naming what does not exist fails here
     cfg = inputs.cfg
-    if cfg.model.provider == "replay":
-        rows = inputs.replayed_rows()
-    else:  # a missing API key fails before any request, and before Ray starts
-        rows = first_round(cfg, inputs.chosen, inputs.generated_dir)
-    check_start(cfg)  # Ray itself starts once there is something to evaluate: a finished run's rerun needs none
-    log.info("%d samples of %d problems -> %s", len(rows), len(inputs.chosen), inputs.results_dir)
-    for folder in (inputs.results_dir, inputs.generated_dir):  # made before any gang starts: the rank sandboxes hide them
-        folder.mkdir(parents=True, exist_ok=True)
+    require_key(cfg)  # a missing API key fails before W&B, any request, and Ray
+    # W&B starts next: generation (hours of LLM calls) is logged live, not only what follows it
     tracker = Tracker(cfg.wandb, cfg.model_dump(mode="json"), out_dir, name=run_name(cfg, job), group=sweep_group,
                       job_type=job)
     try:
+        if cfg.model.provider == "replay":
+            rows = inputs.replayed_rows()
+            tracker.use_samples(inputs.samples_path, content_label(cfg))
+        else:
+            rows = first_round(cfg, inputs.chosen, inputs.generated_dir, tracker.log_generation)
+        check_start(cfg)  # Ray itself starts once there is something to evaluate: a finished run's rerun needs none
+        log.info("%d samples of %d problems -> %s", len(rows), len(inputs.chosen), inputs.results_dir)
+        inputs.make_folders()  # before any gang starts: the rank sandboxes hide them
         return _evaluate_and_report(inputs, rows, out_dir, tracker)
     finally:
         tracker.close()
@@ -59,27 +63,44 @@ def _evaluate_and_report(inputs: JobInputs, rows: list, out_dir: Path, tracker: 
         tracker.log_progress(metrics.done, metrics.expected, metrics.correct, time.monotonic() - started, busy)
 
     evaluate_and_refine(rows, cfg, inputs.problems, inputs.chosen, inputs.results_dir, inputs.generated_dir,
-                        inputs.problems_dir, on_progress=progress, start=lambda: join_or_start(cfg))
+                        inputs.problems_dir, on_progress=progress, start=lambda: join_or_start(cfg),
+                        on_generation=tracker.log_generation)
+    # "partial run": summary.run.PARTIAL_RUN, the key every view marks a capped run by
     info = {"W&B run": tracker.where(), "model": cfg.model.name, "problems": cfg.problems.model_dump(mode="json"),
             "backend": cfg.backend.model_dump(mode="json"), "eval": cfg.eval.model_dump(mode="json"),
-            "hardware profile": cfg.hardware.model_dump(mode="json")}
+            "hardware profile": cfg.hardware.model_dump(mode="json"), "partial run": cfg.model.partial_note}
     # every view below renders this one summary of the folder (this run's rows and those it resumes)
-    summary, page = publish(inputs.results_dir, out_dir, f"{cfg.model.name} on {cfg.hardware.name}",
-                            run_info={k: v for k, v in info.items() if v})
-    tracker.log_results(summary, page)
-    tracker.log_artifacts({"results": inputs.results_dir, "generated": inputs.generated_dir})
+    title = f"{cfg.model.name} on {cfg.hardware.name}"
+    summary, page = publish(inputs.results_dir, out_dir, title, run_info={k: v for k, v in info.items() if v})
+    tracker.log_results(summary, page, title)
+    tracker.log_artifacts({"results": inputs.results_dir, "generated": inputs.generated_dir}, content_label(cfg))
     return summary.rows
 
 
-def run_name(cfg: SweepConfig, job: str | None) -> str:
-    """The W&B run's name: model and hardware, and the overrides that make this job what it is."""
+def content_label(cfg: SweepConfig) -> str:
+    """What a run's Artifacts hold: the model and the problem set (their names version across runs)."""
+    return f"{cfg.model.name}-{cfg.problems.name}"
+
+
+def run_name(cfg: SweepConfig, job: str | None, started: datetime | None = None) -> str:
+    """The W&B run's name: model and hardware, the overrides that make this job what it is, and
+    when it started (runs of the same job on different days are told apart at a glance)."""
     base = f"{cfg.model.name}-{cfg.hardware.name}"
     if job is None:
         try:
             job = HydraConfig.get().job.override_dirname or None
         except ValueError:  # not under Hydra (a script calling run())
             job = None
-    return f"{base} [{job}]" if job else base
+    when = (started or datetime.now()).strftime("%Y-%m-%d %H:%M")
+    return f"{base} [{job}] {when}" if job else f"{base} {when}"
+
+
+def sweep_group_name(sweep_dir: Path) -> str:
+    """A sweep's W&B group: its folder with the date folder above it (``2026-12-03_10-00-00`` for
+    Hydra's ``multirun/2026-12-03/10-00-00``), so sweeps started at the same time of day on two
+    days are two groups."""
+    parent = sweep_dir.parent.name
+    return f"{parent}_{sweep_dir.name}" if re.fullmatch(r"\d{4}-\d{2}-\d{2}", parent) else sweep_dir.name
 
 
 def sweep_identity() -> tuple[str | None, str | None]:
@@ -87,7 +108,7 @@ def sweep_identity() -> tuple[str | None, str | None]:
     hc = HydraConfig.get()
     if hc.mode != RunMode.MULTIRUN:
         return None, None
-    return Path(hc.sweep.dir).name, hc.job.override_dirname or f"job{hc.job.num}"
+    return sweep_group_name(Path(hc.sweep.dir)), hc.job.override_dirname or f"job{hc.job.num}"
 
 
 main = hydra_main(lambda cfg: run(cfg, Path(cfg.output_dir), *sweep_identity()))

@@ -39,6 +39,7 @@ from pkb_ray.pipeline import prepare_here
 from pkb_ray.problem import load_problems
 from pkb_ray.runner.launch import RANK_NAME, process_name
 from pkb_ray.samples import read_samples
+from pkb_ray.selection import hardware_profile
 from pkb_ray.stages.compile import build_settings
 from pkb_ray.placement import Layout
 from pkb_ray.schema import EvalTask, Result, Sample, Where
@@ -56,7 +57,7 @@ def config(args, **eval_overrides) -> SweepConfig:
     profile = "gpu" if args.device == "cuda" else "cpu"
     hardware = "h200_2" if args.device == "cuda" else "cpu_gloo"
     raw = {"eval": OmegaConf.to_container(OmegaConf.load(REPO / f"conf/eval/{profile}.yaml")),
-           "hardware": OmegaConf.to_container(OmegaConf.load(REPO / f"conf/hardware/{hardware}.yaml")),
+           "hardware": hardware_profile(hardware).model_dump(),
            "cache_dir": str(args.cache or args.out / "cache")}
     raw["hardware"].update(world_sizes=[args.world_size], gpus_per_node=max(args.world_size, 2))
     raw["eval"].update(timeout_s=args.timeout, **eval_overrides)

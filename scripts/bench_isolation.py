@@ -23,11 +23,12 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from pkb_ray.config import EvalConfig, HardwareConfig
+from pkb_ray.config import EvalConfig
 from pkb_ray.harness import Harness
 from pkb_ray.problem import load_problems
 from pkb_ray.samples import read_samples
 from pkb_ray.schema import Sample
+from pkb_ray.selection import hardware_profile
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -49,8 +50,7 @@ def main() -> None:
     problems = load_problems()
     eval_cfg = OmegaConf.to_container(OmegaConf.load(REPO / f"conf/eval/{'gpu' if args.device == 'cuda' else 'cpu'}.yaml"))
     eval_cfg.update(size=args.size, prewarm=0)
-    hw = HardwareConfig(**OmegaConf.to_container(OmegaConf.load(REPO / "conf/hardware" /
-                                                                f"{'h200_2' if args.device == 'cuda' else 'cpu_gloo'}.yaml")))
+    hw = hardware_profile("h200_2" if args.device == "cuda" else "cpu_gloo")
     devices = ["cuda:0", "cuda:1"] if args.device == "cuda" else ["cpu", "cpu"]
     tmp = Path(tempfile.mkdtemp(prefix="bench-isolation-"))
     harness = {level: Harness(devices, EvalConfig(**{**eval_cfg, "isolation": level}), hw, problems,

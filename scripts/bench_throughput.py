@@ -34,6 +34,7 @@ from pkb_ray.correctness import compare
 from pkb_ray.cluster import NOSET_CUDA
 from pkb_ray.pipeline import run_pipeline
 from pkb_ray.problem import load_problems
+from pkb_ray.selection import hardware_profile
 
 from make_samples import generate
 
@@ -52,7 +53,7 @@ def ours(rows: list[dict], args, tmp: Path) -> dict:
     from omegaconf import OmegaConf
 
     raw = {"eval": OmegaConf.to_container(OmegaConf.load(REPO / f"conf/eval/{profile}.yaml")),
-           "hardware": OmegaConf.to_container(OmegaConf.load(REPO / f"conf/hardware/{hardware}.yaml")),
+           "hardware": hardware_profile(hardware).model_dump(),
            "cache_dir": str(tmp / "cache")}
     raw["eval"].update(timeout_s=args.timeout, size="small")
     cfg = SweepConfig.model_validate(raw)

@@ -19,10 +19,11 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from pkb_ray.config import EvalConfig, HardwareConfig
+from pkb_ray.config import EvalConfig
 from pkb_ray.harness import Harness
 from pkb_ray.problem import load_problems
 from pkb_ray.schema import Sample
+from pkb_ray.selection import hardware_profile
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -47,8 +48,7 @@ def main() -> None:
     eval_cfg.update(size=args.size, isolation=args.isolation, **({"rounds": args.rounds} if args.rounds else {}),
                     **({"timeout_s": args.timeout} if args.timeout else {}),
                     **({"warmup": args.warmup} if args.warmup is not None else {}))
-    hw = HardwareConfig(**OmegaConf.to_container(OmegaConf.load(REPO / "conf/hardware" /
-                                                                f"{'h200_2' if gpu else 'cpu_gloo'}.yaml")))
+    hw = hardware_profile("h200_2" if gpu else "cpu_gloo")
     tmp = Path(tempfile.mkdtemp(prefix="bench-verdict-"))
     harness = Harness(["cuda:0", "cuda:1"] if gpu else ["cpu", "cpu"], EvalConfig(**eval_cfg), hw, problems,
                       work_dir=tmp / "work", cache_dir=tmp / "cache")

@@ -52,7 +52,8 @@ class Endpoint:
                     endpoint.in_flight += 1
                     endpoint.max_in_flight = max(endpoint.max_in_flight, endpoint.in_flight)
                 try:
-                    status, payload, headers, delay = (tuple(endpoint.script(body, n)) + ({}, 0.0))[:4]
+                    reply = tuple(endpoint.script(body, n))  # headers and delay are optional
+                    status, payload, headers, delay = reply + ({}, 0.0)[len(reply) - 2:]
                     time.sleep(delay)
                     data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                     self.send_response(status)

@@ -29,17 +29,31 @@ def model(base_url: str, **kw) -> ModelConfig:
                        **kw)
 
 
-def test_retries_on_429_and_500_then_succeeds():
-    script = [(429, {"error": {"message": "slow down"}}, {"Retry-After": "0"}),
+def test_the_clients_retries_honour_retry_after_on_429_then_back_off_on_500():
+    script = [(429, {"error": {"message": "slow down"}}, {"Retry-After": "1.5"}),
               (500, {"error": {"message": "oops"}}),
               (200, code_reply("def solution(x):\n    return x.clone()"))]
     with Endpoint(lambda body, n: script[n]) as ep:
-        reply = ChatClient(model(ep.base_url, max_retries=3), backoff_s=0.01).complete(
-            [{"role": "user", "content": "hi"}], seed=7)
+        reply = ChatClient(model(ep.base_url, max_retries=3)).complete([{"role": "user", "content": "hi"}], seed=7)
     assert reply.attempts == 3 and reply.prompt_tokens == 100 and reply.completion_tokens == 50
+    waits = [b - a for a, b in zip(ep.arrivals, ep.arrivals[1:])]
+    assert waits[0] >= 1.45 and waits[1] < 1.45  # the server's 1.5 s, then the client's own backoff (<= 1 s)
     assert len(ep.requests) == 3 and ep.requests[0]["seed"] == 7 and ep.requests[0]["model"] == "fake-model"
     assert ep.requests[0]["max_tokens"] == 8192 and "max_completion_tokens" not in ep.requests[0]
     assert extract_code(reply.content)[0].startswith("def solution(x):")
+
+
+def test_a_permanent_500_becomes_a_sample_with_its_generation_error():
+    from pkb_ray.stages.generate import Generator
+
+    req = {"problem_id": "all_reduce", "backend": "torch", "model": "fake", "sample_index": 0, "round": 0,
+           "seed": 3, "messages": '[{"role": "user", "content": "x"}]', "parent_key": "", "feedback": ""}
+    with Endpoint(lambda body, n: (500, {"error": {"message": "down for good"}})) as ep:
+        row = Generator(model(ep.base_url, max_retries=1)).row(req)
+    assert len(ep.requests) == 2 and row["source"] == "" and row["problem_id"] == "all_reduce"
+    assert row["metadata"]["generation_error"].startswith("generation failed: request failed after 2 attempts: "
+                                                          "InternalServerError")
+    assert "down for good" in row["metadata"]["generation_error"]
 
 
 def test_reasoning_models_get_max_completion_tokens():
@@ -52,11 +66,11 @@ def test_reasoning_models_get_max_completion_tokens():
 def test_gives_up_after_max_retries_and_does_not_retry_a_client_error():
     with Endpoint(lambda body, n: (503, {"error": {"message": "overloaded"}})) as ep:
         with pytest.raises(GenerationError, match="after 3 attempts"):
-            ChatClient(model(ep.base_url, max_retries=2), backoff_s=0.01).complete([{"role": "user", "content": "x"}])
+            ChatClient(model(ep.base_url, max_retries=2)).complete([{"role": "user", "content": "x"}])
     assert len(ep.requests) == 3
     with Endpoint(lambda body, n: (400, {"error": {"message": "bad request"}})) as ep:
         with pytest.raises(GenerationError, match="BadRequest"):
-            ChatClient(model(ep.base_url, max_retries=5), backoff_s=0.01).complete([{"role": "user", "content": "x"}])
+            ChatClient(model(ep.base_url, max_retries=5)).complete([{"role": "user", "content": "x"}])
     assert len(ep.requests) == 1
 
 
@@ -197,8 +211,10 @@ def test_sweep_generates_evaluates_and_refines_over_two_rounds(tmp_path):
     assert "pass@1 after each" not in done.stdout  # (the W&B plot title)
     assert "after each refinement round" in done.stdout
     rounds = done.stdout.split("after each refinement round:")[1].splitlines()
-    assert any(line.split()[:2] == ["fake", "0"] and "0.000" in line for line in rounds)
-    assert any(line.split()[:2] == ["fake", "1"] and "1.000" in line for line in rounds)
+    col = next(line for line in rounds if "pass@1" in line).split().index("pass@1")  # cells: "0.5±0.1", "1"
+    pass1 = {line.split()[1]: float(line.split()[col].split("±")[0]) for line in rounds
+             if line.split()[:1] == ["fake"]}
+    assert pass1 == {"0": 0.0, "1": 1.0}
     summary = wandb_files.summary(next((run_dir / "wandb").glob("offline-run-*/run-*.wandb")))
     assert summary["round0/pass@1"] == 0.0 and summary["round1/pass@1"] == 1.0 and summary["pass@1"] == 1.0
     # the key went to the server and nowhere else: not in configs, logs, W&B files or Parquet

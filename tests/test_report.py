@@ -63,9 +63,10 @@ def test_report_has_every_section_with_the_right_numbers(run_dir, tmp_path):
     board = text.split("## Leaderboard")[1].split("##")[0]
     lines = [line for line in board.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
     assert lines[0].startswith("| 1 | strong |") and lines[1].startswith("| 2 | weak |")
-    assert "| 0.583 |" in lines[0]  # (0.75 + 0.5 + 0.5) / 3
+    # (0.75 + 0.5 + 0.5) / 3, SE sqrt(3/4 * 1/4 / 3 + 2 * 1/2 * 1/2 / 3) / 3 (metrics.pass_at_k_variance)
+    assert "| 0.583±0.16 |" in lines[0]
     # per problem: strong's best all_gather speedup is 3 with SOL fraction 0.3
-    assert "| all_gather | collective | strong | 4 | 0.5 | 3 | 0.3 |" in text
+    assert "| all_gather | collective | strong | 4 | 0.5±0.289 | 3 | 0.3 |" in text  # SE sqrt(1/4 / 3)
     # failures: weak has 3 compile errors
     assert "weak" in text and "compile_error" in text
     # every result has a block to open, and the per-problem table links each best sample to its block
@@ -121,9 +122,9 @@ def test_refined_samples_count_once_and_each_round_is_shown(tmp_path):
     board = text.split("## Leaderboard")[1].split("##")[0]
     weak = next(line for line in board.splitlines() if "| weak |" in line)
     assert "| 12 |" in weak  # still 12 samples: the refined versions replace the first answers
-    assert "| 0.417 |" in weak  # pass@1 = (3/4 + 1/4 + 1/4) / 3 after round 1 (was 0.25)
+    assert "| 0.417±0.144 |" in weak  # pass@1 = (3/4 + 1/4 + 1/4) / 3 after round 1 (was 0.25)
     rounds = text.split("## After each refinement round")[1]
-    assert "| weak | 0 | 12 | 0.25 |" in rounds and "| weak | 1 | 12 | 0.417 |" in rounds
+    assert "| weak | 0 | 12 | 0.25±0.144 |" in rounds and "| weak | 1 | 12 | 0.417±0.144 |" in rounds
     assert 'id="refinement"' in page.read_text()
 
 
@@ -144,7 +145,7 @@ def test_spread_results_get_their_own_section_and_do_not_count_as_more_samples(t
     assert "| strong | all_reduce | 2x1 | 40 | 100 | 2.5 | 2 | 2 |" in text
     # the leaderboard still counts 4 samples of strong/all_reduce (pass@1 unchanged)
     board = text.split("## Leaderboard")[1].split("##")[0]
-    assert "| 0.583 |" in board
+    assert "| 0.583±0.16 |" in board
     # and W&B gets the same table (a real offline run, read back from its files)
     from pkb_ray.config import WandbConfig
     from pkb_ray.tracking import Tracker
@@ -216,17 +217,21 @@ def test_a_size_sweep_is_drawn_against_bytes_with_each_models_crossover(tmp_path
 
 def test_the_printed_table_wandb_and_the_report_agree_on_every_figure(run_dir, tmp_path):
     """One run's three views render one RunSummary: per model and per problem, the printed table,
-    W&B (a real offline run, read back) and report.md show the same figures."""
+    W&B (a real offline run, read back) and report.md show the same figures and intervals."""
     import json
+    import re
 
     import wandb_files
     from pkb_ray.config import WandbConfig
     from pkb_ray.summary import render_text
-    from pkb_ray.summary.sections import fmt
+    from pkb_ray.summary.sections import with_interval, with_se
     from pkb_ray.tracking import Tracker
 
     summary = RunSummary.of(read_runs([run_dir]))
-    printed = {tuple(line.split()[:2]): line.split() for line in render_text.table(summary).splitlines()[1:-1]}
+    text = render_text.table(summary)
+    assert max(map(len, text.splitlines())) <= render_text.WIDTH
+    table_lines = text.split("\nstatuses:")[0].splitlines()[1:]
+    printed = {tuple(cells[:2]): cells for cells in (re.split(r" {2,}", line.strip()) for line in table_lines)}
     tracker = Tracker(WandbConfig(mode="offline"), {}, tmp_path / "wb")
     tracker.log_results(summary)
     tracker.close()
@@ -238,17 +243,47 @@ def test_the_printed_table_wandb_and_the_report_agree_on_every_figure(run_dir, t
              if len(c) > 9 and c[1].strip().isdigit()}
     problems = {(c[3].strip(), c[1].strip()): c for c in (line.split("|") for line in
                 md.split("## Per problem")[1].split("##")[0].splitlines()) if len(c) > 10}
+    two = lambda x: f"{x:.2f}"  # noqa: E731  the printed table's digits
     for model in ("strong", "weak"):
-        # printed: model problem n pass@1 pass@5 over fast_1.0@1 median_speedup statuses
+        w = lambda key: logged[f"{model}/{key}"]  # noqa: E731
+        # printed: model problem n pass@1 pass@5 over fast_1.0@1 [95%] median speedup [95%]
         n, pass1, _, _, fast, median = printed[(model, "ALL")][2:8]
-        assert (int(n), pass1, fast, median) == (logged[f"{model}/n"], f"{logged[f'{model}/pass@1']:.2f}",
-                                                  f"{logged[f'{model}/fast_1.0@1']:.2f}",
-                                                  f"{logged[f'{model}/median_speedup']:.2f}")
+        assert (int(n), pass1, fast, median) == (
+            w("n"), with_se(w("pass@1"), w("pass@1_se"), two),
+            with_interval(w("fast_1.0@1"), w("fast_1.0@1_lo"), w("fast_1.0@1_hi"), two),
+            with_interval(w("median_speedup"), w("median_speedup_lo"), w("median_speedup_hi"), two))
         cells = [c.strip() for c in board[f" {model} "]]
-        assert cells[4:10] == [str(logged[f"{model}/n"]), fmt(logged[f"{model}/pass@1"]),
-                               fmt(logged[f"{model}/fast_1.0@1"]), fmt(logged[f"{model}/fast_1.5@1"]),
-                               fmt(logged[f"{model}/geomean_speedup"]), fmt(logged[f"{model}/median_sol_fraction"])]
+        assert cells[4:10] == [str(w("n")), with_se(w("pass@1"), w("pass@1_se"))] + [
+            with_interval(w(k), w(f"{k}_lo"), w(f"{k}_hi"))
+            for k in ("fast_1.0@1", "fast_1.5@1", "geomean_speedup", "median_sol_fraction")]
         for problem in ("all_reduce", "all_gather", "gemm_rs"):
             wb = per_problem[(model, problem)]
-            assert printed[(model, problem)][3] == f"{wb['pass@1']:.2f}"
-            assert problems[(model, problem)][5].strip() == fmt(wb["pass@1"])
+            assert printed[(model, problem)][3] == with_se(wb["pass@1"], wb["pass@1_se"], two)
+            assert problems[(model, problem)][5].strip() == with_se(wb["pass@1"], wb["pass@1_se"])
+
+
+def test_a_large_runs_wandb_page_is_the_light_one_and_its_sources_are_in_the_samples_table(tmp_path):
+    """600 samples of 3-8 KB (above the report's inline limit): W&B gets report.html without the
+    samples' blocks (before, up to 3,000 sources inline), and every source in its samples table."""
+    import importlib.util
+
+    from pkb_ray.config import WandbConfig
+    from pkb_ray.summary.publish import publish
+    from pkb_ray.tracking import Tracker
+
+    spec = importlib.util.spec_from_file_location("bench_report_size", REPO / "scripts" / "bench_report_size.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = bench.synthetic_results(600)
+    write_results(rows, tmp_path / "run" / "results")
+    summary, page = publish(tmp_path / "run" / "results", tmp_path / "out", "large")
+    assert page == (tmp_path / "out" / "report.html").read_text() and "<pre class='src'>" not in page
+    assert len(list((tmp_path / "out" / "sources").glob("*.html"))) == summary.rows["problem_id"].nunique()
+    tracker = Tracker(WandbConfig(mode="offline"), {}, tmp_path / "wb")
+    tracker.log_results(summary, page)
+    tracker.close()
+    logged = next((tmp_path / "wb").rglob("report_*.html"))
+    assert logged.stat().st_size < 1_000_000 and "<details id=" not in logged.read_text()
+    samples = json.loads(next((tmp_path / "wb").rglob("samples_*.table.json")).read_text())
+    column = samples["columns"].index("source")
+    assert sorted(r[column] for r in samples["data"]) == sorted(r.source for r in rows)

@@ -8,6 +8,7 @@ import pytest
 from pkb_ray.summary import RunSummary
 from pkb_ray.summary.cli import read_runs
 from pkb_ray.summary.pages import write
+from pkb_ray.summary.render_html import heat
 from pkb_ray.summary.tables import sample_anchor
 from pkb_ray.results import write_results
 from test_report import results
@@ -34,6 +35,14 @@ def report(tmp_path_factory):
     page, _ = write(RunSummary.of(df, {"W&B run": "https://wandb.ai/team/p/runs/abc"}), tmp / "out", title="two models")
     best = df[(df["model"] == "strong") & (df["problem_id"] == "all_gather") & (df["sample_index"] == 3)].iloc[0]
     return page, sample_anchor(best)
+
+
+@pytest.fixture(scope="module")
+def large_report(report, tmp_path_factory):
+    """The same rows written as a large run's report: each problem's blocks on a page of its own."""
+    tmp = report[0].parent.parent
+    page, _ = write(RunSummary.of(read_runs([tmp / "run"])), tmp / "large", title="as large", inline_samples=0)
+    return page, report[1]
 
 
 @pytest.fixture
@@ -105,3 +114,20 @@ def test_an_address_with_a_sample_opens_it_and_the_run_links_to_wandb(report, br
     page.click(f'#problems a[href="{other}"]')
     assert settles(page, OPEN_IN_VIEW, f"details{other}")
     assert page.get_attribute('#run a[href^="https://"]', "href") == "https://wandb.ai/team/p/runs/abc"
+
+
+def test_a_large_runs_grid_cell_opens_its_sample_on_the_problems_page(large_report, browser_page):
+    path, anchor = large_report
+    page, errors, _ = browser_page
+    page.goto(path.as_uri())
+    cell = f'#grid a[href="sources/all_gather.html#{anchor}"]'
+    # the heat map: strong's all_gather (best 3x) is coloured as the renderer says, its text kept
+    assert page.inner_text(cell) == "0.50 / 3.00x"
+    colour = page.eval_on_selector(cell, "a => getComputedStyle(a.parentElement).backgroundColor")
+    assert colour == "rgb({}, {}, {})".format(*(int(heat(3.0)[i:i + 2], 16) for i in (1, 3, 5)))
+    page.click(cell)
+    assert settles(page, OPEN_IN_VIEW, f"details#{anchor}")
+    assert page.url == (path.parent / "sources" / "all_gather.html").as_uri() + f"#{anchor}"
+    assert "# strong all_gather 3" in page.inner_text(f"details#{anchor} pre.src")
+    page.click("a[href='../report.html']")  # and back
+    assert page.url == path.as_uri() and errors == []

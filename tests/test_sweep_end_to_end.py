@@ -165,11 +165,15 @@ def test_sweep_on_shipped_set(shipped):
     assert wandb_files.config(run_file)["eval"]["rounds"] == 30
     assert wandb_files.run_record(run_file).run_group == ""  # a single run is not part of a sweep
     # named after what makes the run what it is (before: every run was "replay-cpu_gloo")
-    assert wandb_files.run_record(run_file).display_name == "replay-cpu_gloo [eval.rounds=30,eval.timeout_s=8]"
+    name = wandb_files.run_record(run_file).display_name  # and when it started
+    assert re.fullmatch(r"replay-cpu_gloo \[eval.rounds=30,eval.timeout_s=8\] \d{4}-\d\d-\d\d \d\d:\d\d", name), name
     # progress while it ran (before: one history step at the end): this resume's own results
     done = wandb_files.history_steps(run_file, "progress/results")
     assert done and done[-1] == len(SHIPPED) - len(shipped.after_kill) and done == sorted(done)
-    assert (f"results-{runs[0].name.rsplit('-', 1)[-1]}", "results") in wandb_files.artifacts(run_file)
+    # named by content (model and problem set), so each run adds a version; the replayed set is its input
+    assert ("results-replay-all", "results") in wandb_files.artifacts(run_file)
+    inputs = wandb_files.config(run_file)["input_samples"]  # offline: W&B refuses use_artifact
+    assert inputs["artifact"] == "generated-replay-all" and len(inputs["sha256"]) == 64
     assert {"pass_at_k_plot_table", "status_plot_table", "speedup_plot_table", "report"} <= {
         k.split("/")[0] for k in wandb_files.history_keys(run_file)}
     media = runs[0] / "files" / "media" / "table"

@@ -81,7 +81,12 @@ def run_record(path: Path):
 
 
 def config(path: Path) -> dict:
-    return {_key(i): json.loads(i.value_json) for i in run_record(path).config.update}
+    """The run's config: the run record's, then every later ``config.update`` in order."""
+    out = {_key(i): json.loads(i.value_json) for i in run_record(path).config.update}
+    for r in records(path):
+        if r.WhichOneof("record_type") == "config":
+            out.update({_key(i): json.loads(i.value_json) for i in r.config.update})
+    return out
 
 
 def history_keys(path: Path) -> set[str]:

@@ -4,9 +4,9 @@ It runs in the driver, not in Ray: API keys live only in the driver's environmen
 starts without them, :mod:`pkb_ray.cluster`), so nothing a sample can reach holds one. One
 ``Generator`` per call (so its concurrency and requests-per-second limits are global) asks the
 endpoint (:mod:`pkb_ray.llm`) from ``concurrency`` threads and turns each reply into a sample row.
-Rows are written to Parquet as they arrive (``<generated_dir>/round=<r>/part-*.parquet``,
-atomically) before anything is evaluated; a run that names the same folder again generates only
-what is missing.
+Rows are written to Parquet as they arrive (``<generated_dir>/round=<r>/part-*.parquet``, whole
+or not at all, in a local folder or at a URI: :mod:`pkb_ray.storage`) before anything is evaluated;
+a run that names the same folder again generates only what is missing.
 
 A sample row keeps in ``metadata``: the round, the raw reply, token counts, finish reason,
 latency, attempts, the endpoint's model name, the request seed, ``parent_key`` (the sample it
@@ -20,20 +20,20 @@ import json
 import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pkb_ray.config import ModelConfig, SweepConfig
 from pkb_ray.llm import ChatClient, GenerationError, api_key, extract_code
 from pkb_ray.names import GENERATED_BACKENDS, Status
 from pkb_ray.problem import Problem
 from pkb_ray.prompt import feedback, messages
-from pkb_ray.samples import read_samples
 from pkb_ray.schema import Sample
+from pkb_ray.storage import Folder
 
 log = logging.getLogger("pkb_ray.generate")
 META_KEYS = ("round", "raw_reply", "prompt_tokens", "completion_tokens", "finish_reason", "latency_s", "attempts",
@@ -41,6 +41,37 @@ META_KEYS = ("round", "raw_reply", "prompt_tokens", "completion_tokens", "finish
 ROW_SCHEMA = pa.schema([("problem_id", pa.string()), ("model", pa.string()), ("sample_index", pa.int64()),
                         ("backend", pa.string()), ("source", pa.string()),
                         ("metadata", pa.struct([(k, pa.string()) for k in META_KEYS]))])
+
+
+@dataclass
+class GenerationStats:
+    """Generation so far in one call of :func:`generate`, for live progress (W&B's ``generation/*``)."""
+
+    total: int  # requests this call sends
+    done: int = 0
+    errors: int = 0  # replies without a solution, and failed requests
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None  # None: the model's prices are not configured
+
+    def add(self, rows: list[dict[str, Any]], model: ModelConfig) -> None:
+        for row in rows:
+            meta = row["metadata"]
+            self.done += 1
+            self.errors += bool(meta["generation_error"])
+            self.prompt_tokens += int(meta["prompt_tokens"] or 0)
+            self.completion_tokens += int(meta["completion_tokens"] or 0)
+        self.cost_usd = cost_usd(model, self.prompt_tokens, self.completion_tokens)
+
+
+def cost_usd(model: ModelConfig, prompt_tokens: int, completion_tokens: int) -> float | None:
+    """What the tokens cost at ``model.usd_per_mtok_in/out`` (per million tokens); None if unpriced."""
+    if model.usd_per_mtok_in is None and model.usd_per_mtok_out is None:
+        return None
+    return (prompt_tokens * (model.usd_per_mtok_in or 0.0) + completion_tokens * (model.usd_per_mtok_out or 0.0)) / 1e6
+
+
+OnGeneration = Callable[[GenerationStats], None]
 
 
 def model_label(cfg: SweepConfig, backend: str) -> str:
@@ -55,7 +86,7 @@ def first_requests(cfg: SweepConfig, problems: dict[str, Problem]) -> list[dict[
     for pid, problem in sorted(problems.items()):
         for backend in cfg.backend.backends or GENERATED_BACKENDS:
             msgs = messages(problem, backend, cfg)
-            for i in range(cfg.model.samples_per_problem):
+            for i in range(cfg.model.samples_asked):
                 seed = None if cfg.model.seed is None else cfg.model.seed + i
                 out.append({"problem_id": pid, "backend": backend, "model": model_label(cfg, backend),
                             "sample_index": i, "round": 0, "seed": seed, "messages": json.dumps(msgs),
@@ -98,39 +129,51 @@ class Generator:
                 "backend": req["backend"], "source": source, "metadata": meta}
 
 
-def write_rows(rows: list[dict[str, Any]], out_dir: Path, round_: int) -> Path:
-    part = Path(out_dir) / f"round={round_}"
-    part.mkdir(parents=True, exist_ok=True)
-    final = part / f"part-{uuid.uuid4().hex[:12]}.parquet"
-    tmp = final.with_suffix(".parquet.tmp")
-    pq.write_table(pa.Table.from_pylist(rows, schema=ROW_SCHEMA), tmp)
-    tmp.rename(final)  # a reader never sees half a file
-    return final
+def write_rows(rows: list[dict[str, Any]], out_dir: str | Path | Folder, round_: int) -> str:
+    """One new file of ``rows`` under ``out_dir`` (a folder or URI), whole or not at all (:mod:`pkb_ray.storage`)."""
+    return Folder.of(out_dir).write_table(f"round={round_}/part-{uuid.uuid4().hex[:12]}.parquet",
+                                          pa.Table.from_pylist(rows, schema=ROW_SCHEMA))
 
 
-def first_round(cfg: SweepConfig, problems: dict[str, Problem], out_dir: Path) -> list[dict[str, Any]]:
+def read_generated(out_dir: str | Path | Folder) -> list[dict[str, Any]]:
+    """The sample rows written under ``out_dir`` so far (none where it does not exist)."""
+    return [row for table in Folder.of(out_dir).read_tables() for row in table.to_pylist()]
+
+
+def require_key(cfg: SweepConfig) -> None:
+    """Fail now (before W&B, any request or Ray) where a generating model's API key is missing."""
+    if cfg.model.provider != "replay":
+        api_key(cfg.model)
+
+
+def first_round(cfg: SweepConfig, problems: dict[str, Problem], out_dir: str | Path,
+                on_progress: OnGeneration | None = None) -> list[dict[str, Any]]:
     """Round 0's sample rows for ``problems``. A missing API key fails here, before any request or
     any other work (refinement rounds need it too, even when round 0 is all reused)."""
     api_key(cfg.model)
-    return generate(first_requests(cfg, problems), cfg, out_dir)
+    return generate(first_requests(cfg, problems), cfg, out_dir, on_progress)
 
 
-def generate(requests: list[dict[str, Any]], cfg: SweepConfig, out_dir: Path) -> list[dict[str, Any]]:
-    """Sample rows for ``requests``: those already in ``out_dir`` are reused, the rest generated and written."""
-    have = {_key(r): r for r in read_samples(out_dir)} if Path(out_dir).is_dir() else {}
+def generate(requests: list[dict[str, Any]], cfg: SweepConfig, out_dir: str | Path | Folder,
+             on_progress: OnGeneration | None = None) -> list[dict[str, Any]]:
+    """Sample rows for ``requests``: those already in ``out_dir`` are reused, the rest generated and
+    written; ``on_progress`` hears after every batch written (not for reused rows)."""
+    out_dir = Folder.of(out_dir)  # resolved once: a URI's client serves every batch
+    have = {_key(r): r for r in read_generated(out_dir)}
     todo = [r for r in requests if _key(r) not in have]
     reused = [have[_key(r)] for r in requests if _key(r) in have]
     if reused:
-        log.info("%d generated samples reused from %s", len(reused), out_dir)
+        log.info("%d generated samples reused from %s", len(reused), out_dir.uri)
     if not todo:
         return reused
     log.info("generating %d samples from %s (%s), %d at a time", len(todo), cfg.model.model_id, cfg.model.base_url,
              cfg.model.concurrency)
-    made = _ask(Generator(cfg.model), todo, out_dir)
+    made = _ask(Generator(cfg.model), todo, out_dir, on_progress)
     return reused + made
 
 
-def _ask(gen: Generator, todo: list[dict[str, Any]], out_dir: Path) -> list[dict[str, Any]]:
+def _ask(gen: Generator, todo: list[dict[str, Any]], out_dir: Folder,
+         on_progress: OnGeneration | None) -> list[dict[str, Any]]:
     """Rows for ``todo`` (in its order), ``concurrency`` requests at a time, written in batches as they complete."""
     n = gen.cfg.concurrency
     pool = ThreadPoolExecutor(n, thread_name_prefix="generate")
@@ -138,20 +181,24 @@ def _ask(gen: Generator, todo: list[dict[str, Any]], out_dir: Path) -> list[dict
         futures = {pool.submit(gen.row, req): i for i, req in enumerate(todo)}
         made: dict[int, dict[str, Any]] = {}
         batch: list[dict[str, Any]] = []
+        stats = GenerationStats(total=len(todo))
         for fut in as_completed(futures):
             made[futures[fut]] = fut.result()
             batch.append(made[futures[fut]])
             if len(batch) == n or len(made) == len(todo):
                 _write_batch(batch, out_dir)
-                errors = sum(bool(r["metadata"]["generation_error"]) for r in batch)
-                log.info("generated %d/%d samples (%d without a solution)", len(made), len(todo), errors)
+                stats.add(batch, gen.cfg)
+                log.info("generated %d/%d samples (%d without a solution so far), %d+%d tokens", stats.done,
+                         stats.total, stats.errors, stats.prompt_tokens, stats.completion_tokens)
+                if on_progress:
+                    on_progress(stats)
                 batch = []
     finally:
         pool.shutdown(wait=False, cancel_futures=True)  # on an error, the requests not yet sent are not sent
     return [made[i] for i in range(len(todo))]
 
 
-def _write_batch(rows: list[dict[str, Any]], out_dir: Path) -> None:
+def _write_batch(rows: list[dict[str, Any]], out_dir: Folder) -> None:
     for round_ in sorted({int(r["metadata"]["round"]) for r in rows}):
         write_rows([r for r in rows if int(r["metadata"]["round"]) == round_], out_dir, round_)
 

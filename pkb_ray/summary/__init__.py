@@ -9,7 +9,8 @@ tables, and the timing note. Every view renders that one object, so they cannot 
 - :mod:`.render_wandb`: what W&B's run holds (summary, tables, plots);
 - :mod:`.render_html` and :mod:`.render_markdown`: ``report.html`` and ``report.md``, written by
   :func:`.pages.write`; their figures are :mod:`.figures`';
-- :mod:`.cli`: ``pkb-ray report`` over one or more finished runs.
+- :mod:`.cli`: ``pkb-ray report`` over one or more finished runs, and ``pkb-ray compare`` of two
+  (:mod:`.compare` computes the changes and their tests, :mod:`.render_compare` shows them).
 
 Only :mod:`.run` and :mod:`.tables` (which it calls) compute; ``summarize``, ``curves``,
 ``final_and_rounds`` and ``as_scored`` of :mod:`pkb_ray.metrics` are called from :mod:`.run` only.

@@ -4,6 +4,7 @@ as inline SVG, so a page needs no other file."""
 from __future__ import annotations
 
 import io
+import math
 import re
 
 import pandas as pd
@@ -58,8 +59,8 @@ def speedups(summary: RunSummary) -> str:
     if data:
         ax.boxplot(data, positions=pos, orientation="horizontal", widths=0.7, showfliers=True)
         ax.set_yticks(pos, labels)
-    ax.set_xscale("log")
     ax.axvline(1.0, color="#c62828", linewidth=1, linestyle="--")
+    speedup_axis(ax.xaxis, [v for vals in data for v in vals])
     ax.set_xlabel("speedup over the reference (log scale; dashed: as fast)")
     ax.grid(axis="x", alpha=0.3)
     return svg(fig, "speedups")
@@ -91,17 +92,21 @@ def sizes(sweep: pd.DataFrame) -> str:
         fig, (t_ax, s_ax) = plt.subplots(1, 2, figsize=(10, 3.4))
         _times(t_ax, g)
         both = all(f"{mode} best us" in g for mode in MODES)
+        drawn: list[float] = []  # every speedup plotted, for the axis's range
         for model, m in g.groupby("model", sort=True):
             m = m.sort_values("bytes")
             line = s_ax.plot(m["bytes"], m["best speedup"], marker="o", markersize=3, label=model)[0]
+            drawn += m["best speedup"].dropna().tolist()
             if both:  # the same model's eager figure beside the graph one
-                s_ax.plot(m["bytes"], m["eager reference us"] / m["eager best us"], color=line.get_color(),
-                          linestyle="-.", linewidth=0.8, label=f"{model} (eager)")
+                eager = m["eager reference us"] / m["eager best us"]
+                s_ax.plot(m["bytes"], eager, color=line.get_color(), linestyle="-.", linewidth=0.8,
+                          label=f"{model} (eager)")
+                drawn += eager.dropna().tolist()
             where = crossover(m)
             if where is not None:
                 s_ax.axvline(where, color=line.get_color(), linewidth=0.8, linestyle=":")
         s_ax.axhline(1.0, color="#c62828", linewidth=1, linestyle="--")
-        s_ax.set_yscale("log")
+        speedup_axis(s_ax.yaxis, drawn)
         s_ax.set_title("best speedup (dashed: the reference; dotted: crossover)", fontsize=9)
         for ax in (t_ax, s_ax):
             ax.set_xscale("log", base=2)
@@ -112,6 +117,29 @@ def sizes(sweep: pd.DataFrame) -> str:
         fig.suptitle(f"{pid}, W={w}", fontsize=10)
         parts.append(f'<figure id="size-{pid}-w{w}">{svg(fig, f"size{n}")}</figure>')
     return "".join(parts)
+
+
+def speedup_axis(axis, values: list[float]) -> None:
+    """A log axis of speedups with ticks at powers of two labelled 0.25x, 0.5x, 1x, 2x, 4x ...
+    (every other power, or every fourth, where the range is wide), no minor ticks, spanning at
+    least 0.5x to 2x so that the 1x line always sits inside it."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    positive = [v for v in values if v > 0 and math.isfinite(v)]
+    lo = math.floor(math.log2(min(positive + [0.5])))
+    hi = math.ceil(math.log2(max(positive + [2.0])))
+    step = 1 if hi - lo <= 8 else 2 if hi - lo <= 16 else 4
+    powers = [e for e in range(lo, hi + 1) if e % step == 0]
+    getattr(axis.axes, f"set_{axis.axis_name}scale")("log", base=2)
+    getattr(axis.axes, f"set_{axis.axis_name}lim")(2.0 ** lo / 1.15, 2.0 ** hi * 1.15)
+    axis.set_major_locator(FixedLocator([2.0 ** e for e in powers]))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: speedup_label(v)))
+    axis.set_minor_locator(NullLocator())
+
+
+def speedup_label(v: float) -> str:
+    """0.125x, 0.25x, 0.5x, 1x, 2x, 64x; 1/16x and below as fractions (where decimals grow long)."""
+    return f"{v:g}x" if v >= 1 / 8 else f"1/{1 / v:g}x"
 
 
 def human_bytes(n: float) -> str:

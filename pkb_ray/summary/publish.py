@@ -1,6 +1,8 @@
 """What a job does with its results at the end: one :class:`~pkb_ray.summary.run.RunSummary` of its
 results folder (this run's rows and those of the runs it resumes), printed, and written as
-``report.html`` and ``report.md`` beside the run. W&B gets the same object (``Tracker.log_results``)."""
+``report.html`` and ``report.md`` beside the run (and, for results at a remote URI, a copy under
+``<results_dir>/_report/``: the run folder of a Ray job is a temporary copy on the head node). W&B
+gets the same object (``Tracker.log_results``)."""
 
 from __future__ import annotations
 
@@ -8,13 +10,16 @@ import logging
 from pathlib import Path
 
 from pkb_ray.results import newest, read_results
-from pkb_ray.summary import pages, render_text
+from pkb_ray.storage import Folder, is_remote
+from pkb_ray.summary import pages, render_html, render_text
 from pkb_ray.summary.run import RunSummary
 
 log = logging.getLogger("pkb_ray")
+REPORT_BESIDE_RESULTS = "_report"  # under a remote results_dir; readers of the results skip "_" names
 
 
-def publish(results_dir: Path, out_dir: Path, title: str, run_info: dict | None = None) -> tuple[RunSummary, str | None]:
+def publish(results_dir: Path | str, out_dir: Path, title: str,
+            run_info: dict | None = None) -> tuple[RunSummary, str | None]:
     """The summary of ``results_dir``'s newest rows, printed and written under ``out_dir``; with the
     report page's HTML (None when there are no rows)."""
     summary = RunSummary.of(newest(read_results(results_dir)), run_info=run_info)
@@ -25,4 +30,10 @@ def publish(results_dir: Path, out_dir: Path, title: str, run_info: dict | None 
         return summary, None
     html_path, md_path = pages.write(summary, out_dir, title=title)
     log.info("report: %s (and %s)", html_path, md_path.name)
+    if is_remote(results_dir):
+        out_dir = Path(out_dir)
+        names = [html_path, md_path, *(p for p in (out_dir / render_html.SOURCES).rglob("*") if p.is_file())]
+        folder = Folder.of(results_dir)
+        folder.upload(out_dir, REPORT_BESIDE_RESULTS, [str(p.relative_to(out_dir)) for p in names])
+        log.info("report: %s (and report.md)", folder.where(f"{REPORT_BESIDE_RESULTS}/report.html"))
     return summary, html_path.read_text()

@@ -1,29 +1,65 @@
-"""``report.html``: one self-contained page of a :class:`~pkb_ray.summary.run.RunSummary` (every
-section of :mod:`.sections`, figures inline, a block to open for each sample)."""
+"""``report.html``: one page of a :class:`~pkb_ray.summary.run.RunSummary` (every section of
+:mod:`.sections`, figures inline, a block to open for each sample).
+
+A small run's page holds every sample's block (its message, per-rank times and source) and needs
+no other file. Above :data:`INLINE_SAMPLES` results or :data:`INLINE_TEXT_BYTES` of sources and
+messages, the blocks go to one page per problem, ``sources/<problem>.html`` beside the report,
+and the report links there (a grid cell opens its sample in that page): the report itself stays
+small (docs/benchmarks/report.md measures it at 5,000 samples).
+"""
 
 from __future__ import annotations
 
 import html
 import math
+import re
+from typing import Callable
 
 import pandas as pd
 
+from pkb_ray.names import Status
 from pkb_ray.summary import figures
 from pkb_ray.summary.run import RunSummary
-from pkb_ray.summary.sections import NOTES, OPTIONAL, SECTIONS, fmt, optional
-from pkb_ray.summary.tables import sample_anchor
+from pkb_ray.summary.sections import NOTES, OPTIONAL, SECTIONS, fmt, fold, optional
+from pkb_ray.summary.tables import GridCell, sample_anchor
+
+INLINE_SAMPLES = 500  # results whose blocks the report holds itself ...
+INLINE_TEXT_BYTES = 2_000_000  # ... and their sources and messages, together; above either: sources/
+SOURCES = "sources"
+
+Href = Callable[[str], str]  # a sample's anchor -> the link that opens its block
 
 
-def page(summary: RunSummary, title: str, stamp: str) -> str:
-    """The whole page; ``stamp`` says when it was made."""
+def pages(summary: RunSummary, title: str, stamp: str, inline_samples: int = INLINE_SAMPLES,
+          inline_bytes: int = INLINE_TEXT_BYTES) -> dict[str, str]:
+    """Every file of the report, by path relative to its folder: ``report.html``, and for a large
+    run one ``sources/<problem>.html`` per problem; ``stamp`` says when it was made."""
+    rows = summary.rows
+    text = int(rows["source"].fillna("").str.len().sum() + rows["message"].fillna("").str.len().sum())
+    if len(rows) <= inline_samples and text <= inline_bytes:
+        return {"report.html": page(summary, title, stamp, lambda a: f"#{a}", sample_blocks(rows))}
+    files = {pid: f"{SOURCES}/{re.sub(r'[^A-Za-z0-9_.-]', '_', pid)}.html" for pid in rows["problem_id"].unique()}
+    where = {sample_anchor(r): files[r["problem_id"]] for r in rows.to_dict("records")}
+    out = {"report.html": page(summary, title, stamp, lambda a: f"{where.get(a, '')}#{a}",
+                               source_index(rows, files))}
+    for pid, g in rows.groupby("problem_id", sort=True):
+        out[files[pid]] = _document(f"{title}: {pid}", f"{len(g)} results of {pid}; generated {stamp}",
+                                    "<p><a href='../report.html'>the report</a></p>" + sample_blocks(g))
+    return out
+
+
+def page(summary: RunSummary, title: str, stamp: str, href: Href | None = None, samples: str | None = None) -> str:
+    """The report page; ``href`` links a sample's anchor to its block, ``samples`` is the samples
+    section (by default, as a small run: every block inline)."""
+    href = href or (lambda a: f"#{a}")
     blocks = {
         "leaderboard": html_table(summary.leaderboard),
         "pass-at-k": figures.curves(summary),
         "speedups": figures.speedups(summary) + html_table(summary.speedups),
         "failures": figures.failures(summary) + html_table(summary.failures),
-        "problems": html_table(summary.problems),
-        "grid": grid_html(summary),
-        "samples": sample_blocks(summary.rows),
+        "problems": html_table(summary.problems, href),
+        "grid": grid_html(summary, href),
+        "samples": sample_blocks(summary.rows) if samples is None else samples,
         "run": html_table(summary.run),
     }
     sections = dict(SECTIONS)
@@ -33,43 +69,86 @@ def page(summary: RunSummary, title: str, stamp: str) -> str:
     nav = "".join(f'<a href="#{k}">{v}</a>' for k, v in sections.items())
     body = "".join(f'<section id="{k}"><h2>{sections[k]}</h2><p class="note">{html.escape(NOTES[k])}</p>'
                    f'{blocks[k]}</section>' for k in sections)
-    meta = f"{summary.description}; generated {stamp}"
+    return _document(title, f"{summary.description}; generated {stamp}", f"<nav>{nav}</nav>{body}")
+
+
+def _document(title: str, meta: str, body: str) -> str:
     return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{CSS}</style><script>{OPEN_TARGET}</script></head><body><h1>{html.escape(title)}</h1>"
-            f"<p class='meta'>{html.escape(meta)}</p><nav>{nav}</nav>{body}</body></html>\n")
+            f"<p class='meta'>{html.escape(meta)}</p>{body}</body></html>\n")
 
 
-def grid_html(summary: RunSummary) -> str:
-    """The models x problems grid as an HTML table whose cells open the best sample's block."""
+# The grid's heat map: a cell's colour is its best correct speedup on a log scale (brown slower than
+# the reference, teal faster, full at 1/4x and 4x; light enough for dark text), grey without a
+# correct sample; the dark bar along its bottom is the share of samples correct.
+SLOW, FAST, NONE = (230, 171, 85), (90, 180, 172), "#e4e7eb"
+LEGEND_SPEEDUPS = (0.25, 0.5, 1.0, 2.0, 4.0)
+
+
+def heat(speedup: float) -> str:
+    """The background of a cell whose best correct speedup is ``speedup`` (NaN: none)."""
+    if not speedup > 0:
+        return NONE
+    t = max(-1.0, min(1.0, math.log2(speedup) / 2))
+    end = FAST if t > 0 else SLOW
+    return "#" + "".join(f"{round(255 + (c - 255) * abs(t)):02x}" for c in end)
+
+
+def _heat_style(cell: GridCell) -> str:
+    return (f"background-color:{heat(cell.best_speedup)};background-size:{cell.correct * 100:.0f}% 4px")
+
+
+def grid_html(summary: RunSummary, href: Href | None = None) -> str:
+    """The models x problems grid as a heat map (:func:`heat`) with its legend; each cell keeps its
+    text (share correct / best speedup) and links to the best sample's block."""
+    href = href or (lambda a: f"#{a}")
     models = sorted(summary.rows["model"].unique())
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in ["problem", *models])
     rows = []
     for pid, row in sorted(summary.grid.items()):
         cells = []
         for m in models:
-            text, anchor = row.get(m, ("", ""))
-            cells.append(f'<td><a href="#{anchor}">{html.escape(text)}</a></td>' if anchor
-                         else f"<td>{html.escape(text)}</td>")
+            cell = row.get(m)
+            if cell is None:
+                cells.append("<td></td>")
+                continue
+            what = f"{m} on {pid}: {cell.correct:.0%} of samples correct" + (
+                f", best correct speedup {cell.best_speedup:.2f}x" if cell.anchor else ", none correct and timed")
+            text = (f'<a href="{html.escape(href(cell.anchor))}">{html.escape(cell.text)}</a>' if cell.anchor
+                    else html.escape(cell.text))
+            cells.append(f'<td class="heat" style="{_heat_style(cell)}" title="{html.escape(what)}">{text}</td>')
         rows.append(f"<tr><td>{html.escape(pid)}</td>{''.join(cells)}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return (f"<table class='grid'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            + grid_legend())
+
+
+def grid_legend() -> str:
+    labels = [figures.speedup_label(v) for v in LEGEND_SPEEDUPS]
+    labels[0], labels[-1] = f"{labels[0]} or slower", f"{labels[-1]} or faster"
+    swatches = [*((heat(v), label) for v, label in zip(LEGEND_SPEEDUPS, labels)), (NONE, "no correct sample")]
+    items = "".join(f'<span><i style="background:{c}"></i>{html.escape(label)}</span>' for c, label in swatches)
+    return (f"<p class='legend'>Colour: best correct speedup. {items}"
+            "<span><i class='bar'></i>bar: share of samples correct (full width: all)</span></p>")
 
 
 LINKS = ("best sample",)  # columns holding the anchor of a sample's block: shown as a link to it
 
 
-def _cell(column: str, value) -> str:
+def _cell(column: str, value, href: Href) -> str:
     if column in LINKS:
-        return f'<a href="#{html.escape(str(value))}">open</a>' if value else ""
+        return f'<a href="{html.escape(href(str(value)))}">open</a>' if value else ""
     if isinstance(value, str) and value.startswith(("https://", "http://")) and " " not in value:
         return f'<a href="{html.escape(value)}">{html.escape(value)}</a>'  # e.g. the W&B run
     return html.escape(fmt(value))
 
 
-def html_table(df: pd.DataFrame) -> str:
+def html_table(df: pd.DataFrame, href: Href | None = None) -> str:
     if df.empty:
         return "<p><em>(none)</em></p>"
+    df = fold(df)  # a score's SE or interval beside it: one cell
+    href = href or (lambda a: f"#{a}")
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
-    body = "".join("<tr>" + "".join(f"<td>{_cell(c, v)}</td>" for c, v in zip(df.columns, row)) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td>{_cell(c, v, href)}</td>" for c, v in zip(df.columns, row)) + "</tr>"
                    for row in df.itertuples(index=False))
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
@@ -85,6 +164,11 @@ th:first-child, td:first-child, td:nth-child(2) { text-align: left; }
 thead th { background: #f5f7fa; position: sticky; top: 0; } svg { max-width: 100%; height: auto; }
 details { border-bottom: 1px solid #e4e7eb; padding: .2rem 0; } summary { cursor: pointer; font-size: .9rem; }
 pre { background: #f5f7fa; padding: .5rem; overflow-x: auto; font-size: .8rem; } pre.src { max-height: 30rem; }
+td.heat { background-image: linear-gradient(#1f2933, #1f2933); background-repeat: no-repeat;
+          background-position: left bottom; } td.heat a { color: #102a43; }
+.legend { font-size: .8rem; color: #3e4c59; } .legend span { margin-right: .9rem; white-space: nowrap; }
+.legend i { display: inline-block; width: 1.1rem; height: .8rem; margin-right: .3rem; vertical-align: middle;
+            border: 1px solid #cbd2d9; } .legend i.bar { height: 4px; background: #1f2933; border: 0; }
 """
 
 
@@ -98,14 +182,12 @@ addEventListener("hashchange", openTarget);
 addEventListener("DOMContentLoaded", openTarget);
 """
 
-SAMPLE_LIMIT = 3000  # blocks in one page; the rest are in the Parquet and W&B's samples table
 
-
-def sample_blocks(df: pd.DataFrame, limit: int = SAMPLE_LIMIT) -> str:
+def sample_blocks(df: pd.DataFrame) -> str:
     """One ``<details id=...>`` per result: status, message, per-rank times, speedup, SOL, round, source."""
     out = []
     rows = df.sort_values(["model", "problem_id", "sample_index", "world_size"])
-    for _, r in rows.head(limit).iterrows():
+    for r in rows.to_dict("records"):
         where = [f"W={int(r['world_size'])}", *(str(r.get(k) or "") for k in ("size", "dtype")),
                  f"round {int(r.get('round', 0) or 0)}"]
         head = (f"{r['model']} / {r['problem_id']} #{int(r['sample_index'])} ({', '.join(filter(None, where))}): "
@@ -114,21 +196,38 @@ def sample_blocks(df: pd.DataFrame, limit: int = SAMPLE_LIMIT) -> str:
             head += f", {r['speedup']:.3g}x"
         if pd.notna(r.get("sol_fraction")):
             head += f", {r['sol_fraction']:.3g} of SOL"
-        ranks = _rank_times(r)
         out.append(f'<details id="{sample_anchor(r)}"><summary>{html.escape(head)}</summary>'
                    + (f"<pre>{html.escape(str(r['message']))}</pre>" if str(r.get("message", "")).strip() else "")
-                   + (html_table(ranks) if not ranks.empty else "")
+                   + _rank_times(r)
                    + f"<pre class='src'>{html.escape(str(r.get('source', '') or ''))}</pre></details>")
-    more = len(rows) - limit
-    if more > 0:
-        out.append(f"<p class='note'>{more} more results are in the Parquet files (not shown here).</p>")
     return "".join(out)
 
 
-def _rank_times(r) -> pd.DataFrame:
-    cols = ("ref_median_us", "ref_iqr_us", "cand_median_us", "cand_iqr_us")
-    values = [list(r.get(c)) if r.get(c) is not None and not isinstance(r.get(c), float) else [] for c in cols]
+def source_index(rows: pd.DataFrame, files: dict[str, str]) -> str:
+    """A large run's samples section: one row per problem linking to the page of its samples' blocks."""
+    table = (rows.assign(correct=rows["status"] == Status.CORRECT.value).groupby("problem_id", sort=True)
+             .agg(models=("model", "nunique"), results=("status", "size"), correct=("correct", "sum")))
+    body = "".join(f"<tr><td>{html.escape(pid)}</td><td>{r.models}</td><td>{r.results}</td><td>{r.correct}</td>"
+                   f'<td><a href="{html.escape(files[pid])}">{html.escape(files[pid])}</a></td></tr>'
+                   for pid, r in table.iterrows())
+    return (f"<p class='note'>{len(rows)} results: each problem's blocks are on a page of their own beside this "
+            f"report (W&B's samples table holds the same sources).</p><table><thead><tr><th>problem</th>"
+            f"<th>models</th><th>results</th><th>correct</th><th>page</th></tr></thead><tbody>{body}</tbody></table>")
+
+
+RANK_COLUMNS = {"ref_median_us": "reference us (median)", "ref_iqr_us": "reference IQR",
+                "cand_median_us": "sample us (median)", "cand_iqr_us": "sample IQR"}
+
+
+def _rank_times(r: dict) -> str:
+    """A result's per-rank medians and interquartile ranges as a table ("" without any); written
+    directly, not through a DataFrame: a large run has thousands (one pandas frame each took 1 ms)."""
+    values = [[] if r.get(c) is None or isinstance(r.get(c), float) else list(r[c]) for c in RANK_COLUMNS]
     n = max(map(len, values))
-    return pd.DataFrame({"rank": range(n), **{
-        name: [v[i] if i < len(v) else math.nan for i in range(n)]
-        for name, v in zip(("reference us (median)", "reference IQR", "sample us (median)", "sample IQR"), values)}})
+    if not n:
+        return ""
+    head = "".join(f"<th>{c}</th>" for c in ("rank", *RANK_COLUMNS.values()))
+    cell = lambda v, i: fmt(float(v[i])) if i < len(v) and v[i] is not None else "-"  # noqa: E731
+    body = "".join(f"<tr><td>{i}</td>" + "".join(f"<td>{cell(v, i)}</td>" for v in values) + "</tr>"
+                   for i in range(n))
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from pkb_ray.summary.run import RunSummary
-from pkb_ray.summary.sections import NOTES, OPTIONAL, SECTIONS, fmt, optional
+from pkb_ray.summary.sections import NOTES, OPTIONAL, SECTIONS, fmt, fold, optional
 
 
 def page(summary: RunSummary, title: str, stamp: str) -> str:
@@ -22,7 +22,8 @@ def page(summary: RunSummary, title: str, stamp: str) -> str:
               "problems": summary.problems.drop(columns="best sample"), "grid": grid}
     for key, table in tables.items():
         parts += [f"## {SECTIONS[key]}", "", NOTES[key], "", markdown_table(table)]
-    parts += [f"## {SECTIONS['samples']}", "", "Each result's message, per-rank times and source are in report.html.", "",
+    parts += [f"## {SECTIONS['samples']}", "", "Each result's message, per-rank times and source are in report.html "
+              "(a large run's in sources/<problem>.html beside it).", "",
               f"## {SECTIONS['run']}", "", NOTES["run"], "", markdown_table(summary.run)]
     for key, table in optional(summary).items():
         parts += [f"## {OPTIONAL[key]}", "", NOTES[key], "", markdown_table(table)]
@@ -32,6 +33,7 @@ def page(summary: RunSummary, title: str, stamp: str) -> str:
 def markdown_table(df: pd.DataFrame) -> str:
     if df.empty:
         return "_(none)_\n"
+    df = fold(df)  # a score's SE or interval beside it: one cell
     head = "| " + " | ".join(map(str, df.columns)) + " |"
     sep = "| " + " | ".join("---" for _ in df.columns) + " |"
     body = ["| " + " | ".join(fmt(v).replace("|", "/") for v in row) + " |" for row in df.itertuples(index=False)]

@@ -1,14 +1,17 @@
 """What a run's W&B run holds of its :class:`~pkb_ray.summary.run.RunSummary`:
 
 - summary: :attr:`RunSummary.scalars` (every score over all models, ``pass@1`` ..., and per model,
-  ``<model>/pass@1`` ..., ``fast_1.0@k``, ``timing``), and with refinement ``round<r>/pass@1`` and
-  ``round<r>/fast_1.0@1`` (``<model>/round<r>/...`` with several models);
+  ``<model>/pass@1`` ..., each with its standard error or 95 % interval, ``pass@1_se``,
+  ``fast_1.0@1_lo``/``_hi``, ``geomean_speedup_lo``/``_hi`` ..., ``fast_1.0@k``, ``timing``), and
+  with refinement ``round<r>/pass@1`` (and ``_se``) and ``round<r>/fast_1.0@1`` (and ``_lo``/``_hi``)
+  (``<model>/round<r>/...`` with several models);
 - tables: ``samples`` (one row per result: size, message bytes, timing mode and times, message
   trimmed, source), ``per_problem``, ``per_category``, ``pass_at_k`` (the curves, long format), and
   when the run has them ``size_sweeps``, ``across_nodes`` and ``rounds``;
 - plots: ``pass@k`` and ``fast_1.0@k`` lines, status counts as bars, the histogram of log2 speedup
   of correct samples, best speedup against message bytes (size sweeps), pass@1 per round;
-- ``report``: the HTML page.
+- ``report``: the HTML page as report.html has it: a large run's without the samples' blocks
+  (:mod:`.render_html` puts them in ``sources/``), whose sources are the ``samples`` table's.
 
 wandb is imported here only, when a run is logged (:class:`pkb_ray.tracking.Tracker`).
 """
@@ -35,8 +38,9 @@ def summary_keys(summary: RunSummary) -> dict[str, Any]:
         single = summary.rounds["model"].nunique() == 1
         for row in summary.rounds.to_dict("records"):
             prefix = f"round{row['round']}" if single else f"{row['model']}/round{row['round']}"
-            out[f"{prefix}/pass@1"] = row["pass@1"]
-            out[f"{prefix}/fast_1.0@1"] = row["fast_1.0@1"]
+            for key in ("pass@1", "pass@1_se", "fast_1.0@1", "fast_1.0@1_lo", "fast_1.0@1_hi"):
+                if pd.notna(row.get(key)):
+                    out[f"{prefix}/{key}"] = row[key]
     return out
 
 

@@ -13,6 +13,7 @@ from pkb_ray.summary import sizes, tables
 
 KS = (1, 5, 10)  # the k of every pass@k any view shows
 CURVE_P = 1.0  # the fast_p whose curve is drawn beside pass@k
+PARTIAL_RUN = "partial run"  # the run_info key of a sample cap (ModelConfig.partial_note): every view says so
 
 
 @dataclass(frozen=True, eq=False)  # frames do not compare as values
@@ -30,7 +31,7 @@ class RunSummary:
     scalars: dict[str, Any]  # the headline figures, flat: over all models ("pass@1") and each ("<model>/pass@1")
     leaderboard: pd.DataFrame
     problems: pd.DataFrame  # per problem and model: best sample, its times and fraction of speed of light
-    grid: dict[str, dict[str, tuple[str, str]]]  # problem -> model -> (share correct / best speedup, its anchor)
+    grid: dict[str, dict[str, tables.GridCell]]  # problem -> model -> share correct, best speedup, its anchor
     speedups: pd.DataFrame  # per category and model, correct samples
     failures: pd.DataFrame  # statuses per model and category
     status_shares: pd.DataFrame  # each status's share of each model's samples
@@ -41,6 +42,7 @@ class RunSummary:
     verdicts: pd.DataFrame | None  # a second rule beside ours (pkb_ray.formats.second_verdict)
     run: pd.DataFrame  # hardware, versions, and what the caller adds (config, the W&B run)
     timing: str  # which times the speedups use
+    partial: str | None = None  # why not every sample was evaluated (model.limit_per_problem); None: all were
 
     @classmethod
     def of(cls, everything: pd.DataFrame, run_info: dict | None = None) -> "RunSummary":
@@ -68,6 +70,7 @@ class RunSummary:
             verdicts=tables.verdicts(rows),
             run=tables.run_table(rows, run_info),
             timing=timing_note(rows),
+            partial=(run_info or {}).get(PARTIAL_RUN),
         )
 
     @property
@@ -76,7 +79,7 @@ class RunSummary:
         rows = self.rows
         hardware = ", ".join(sorted(rows["hardware"].astype(str).unique()))
         return (f"{len(rows)} results, {rows['model'].nunique()} model(s), {rows['problem_id'].nunique()} problem(s); "
-                f"hardware: {hardware}; {self.timing}")
+                f"hardware: {hardware}; {self.timing}" + (f"; {PARTIAL_RUN}: {self.partial}" if self.partial else ""))
 
 
 def _scalars(rows: pd.DataFrame, overall: pd.DataFrame) -> dict[str, Any]:

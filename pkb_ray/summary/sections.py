@@ -10,6 +10,8 @@ size sweeps.
 
 import math
 
+import pandas as pd
+
 from pkb_ray import formats
 
 _SECOND = formats.second_verdict()
@@ -55,6 +57,37 @@ def optional(summary) -> dict[str, object]:
     found = {"nodes": summary.across_nodes, "verdicts": summary.verdicts, "refinement": summary.rounds,
              "sizes": summary.sizes}
     return {key: table for key, table in found.items() if table is not None}
+
+
+def with_se(value, se, show=None) -> str:
+    """A score and its standard error, ``0.47±0.10`` (no ± when there is none)."""
+    show = show or fmt
+    return show(value) if _missing(se) or _missing(value) else f"{show(value)}±{show(se)}"
+
+
+def with_interval(value, lo, hi, show=None) -> str:
+    """A figure and its interval, ``1.07 [0.95, 1.21]`` (no interval when there is none)."""
+    show = show or fmt
+    return show(value) if _missing(lo) or _missing(value) else f"{show(value)} [{show(lo)}, {show(hi)}]"
+
+
+def fold(df: pd.DataFrame) -> pd.DataFrame:
+    """A table as the pages show it: each column ``c`` with a ``c_se`` or ``c_lo``/``c_hi`` beside
+    it (:func:`pkb_ray.summary.tables.with_bounds`, the frames of :func:`pkb_ray.metrics.summarize`)
+    becomes one cell of text, and those columns go."""
+    out, gone = df.copy(), set()
+    for c in df.columns:
+        if f"{c}_se" in df:
+            out[c] = [with_se(v, se) for v, se in zip(df[c], df[f"{c}_se"])]
+            gone.add(f"{c}_se")
+        if f"{c}_lo" in df and f"{c}_hi" in df:
+            out[c] = [with_interval(v, lo, hi) for v, lo, hi in zip(df[c], df[f"{c}_lo"], df[f"{c}_hi"])]
+            gone |= {f"{c}_lo", f"{c}_hi"}
+    return out.drop(columns=sorted(gone))
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
 
 
 def fmt(v) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -16,17 +17,28 @@ from pkb_ray.results import RESULT_KEY
 CORRECT = Status.CORRECT.value
 
 
+def with_bounds(shown: str, frame: pd.DataFrame, column: str) -> dict[str, pd.Series]:
+    """``frame[column]`` as the column ``shown``, with its standard error (``<shown>_se``) or
+    interval (``<shown>_lo``, ``<shown>_hi``) where ``frame`` has one; the pages fold them into
+    one cell (:func:`pkb_ray.summary.sections.fold`)."""
+    out = {shown: frame[column]}
+    for end in ("_se", "_lo", "_hi"):
+        if f"{column}{end}" in frame:
+            out[f"{shown}{end}"] = frame[f"{column}{end}"]
+    return out
+
+
 def leaderboard(rows: pd.DataFrame, overall: pd.DataFrame) -> pd.DataFrame:
-    """One row per model, ranked by fast_1.0@1 then pass@1."""
+    """One row per model, ranked by fast_1.0@1 then pass@1 (each score with its SE or interval)."""
     board = pd.DataFrame({
         "model": overall["model"],
         "problems": [rows.loc[rows["model"] == m, "problem_id"].nunique() for m in overall["model"]],
         "samples": overall["n"],
-        "pass@1": overall[pass_col(1)],
-        "fast_1.0@1": overall[fast_col(1.0)],
-        "fast_1.5@1": overall[fast_col(1.5)],
-        "geomean speedup": overall["geomean_speedup"],
-        "median SOL fraction": overall["median_sol_fraction"],
+        **with_bounds("pass@1", overall, pass_col(1)),
+        **with_bounds("fast_1.0@1", overall, fast_col(1.0)),
+        **with_bounds("fast_1.5@1", overall, fast_col(1.5)),
+        **with_bounds("geomean speedup", overall, "geomean_speedup"),
+        **with_bounds("median SOL fraction", overall, "median_sol_fraction"),
     })
     board = board.sort_values(["fast_1.0@1", "pass@1"], ascending=False, na_position="last").reset_index(drop=True)
     board.insert(0, "rank", range(1, len(board) + 1))
@@ -56,6 +68,7 @@ def problems(rows: pd.DataFrame, per_problem: pd.DataFrame) -> pd.DataFrame:
         best = _best(g)
         out.append({"problem": pid, "category": g["category"].iloc[0], "model": model, "samples": len(g),
                     "pass@1": scores.loc[(pid, model), pass_col(1)],
+                    "pass@1_se": scores.loc[(pid, model), f"{pass_col(1)}_se"],
                     "best speedup": best["speedup"] if best is not None else math.nan,
                     "SOL fraction of best": best["sol_fraction"] if best is not None else math.nan,
                     "SOL": {"traced": "estimate (traced)"}.get(best.get("sol_source", ""), "")
@@ -64,33 +77,46 @@ def problems(rows: pd.DataFrame, per_problem: pd.DataFrame) -> pd.DataFrame:
                     "best us": best["cand_time_us"] if best is not None and "cand_time_us" in best else math.nan,
                     "best IQR us": _spread(best, "cand_iqr_us") if best is not None else math.nan,
                     "best sample": sample_anchor(best) if best is not None else ""})
-    return pd.DataFrame(out, columns=["problem", "category", "model", "samples", "pass@1", "best speedup",
+    return pd.DataFrame(out, columns=["problem", "category", "model", "samples", "pass@1", "pass@1_se", "best speedup",
                                       "SOL fraction of best", "SOL", "reference us", "best us", "best IQR us",
                                       "best sample"])
 
 
-def grid_cells(rows: pd.DataFrame) -> dict[str, dict[str, tuple[str, str]]]:
-    """problem -> model -> (share correct and best correct speedup, the anchor of that best sample)."""
-    cells: dict[str, dict[str, tuple[str, str]]] = {}
+class GridCell(NamedTuple):
+    """One model on one problem: its text ("0.50 / 3.00x"), the best sample's anchor ("" without
+    one), and the numbers the heat map colours by (best speedup NaN without a correct, timed sample)."""
+
+    text: str
+    anchor: str
+    correct: float
+    best_speedup: float
+
+
+def grid_cells(rows: pd.DataFrame) -> dict[str, dict[str, GridCell]]:
+    """problem -> model -> :class:`GridCell` (share correct, best correct speedup, that sample's anchor)."""
+    cells: dict[str, dict[str, GridCell]] = {}
     for (pid, model), g in rows.groupby(["problem_id", "model"], sort=True):
-        rate = (g["status"] == CORRECT).mean()
+        rate = float((g["status"] == CORRECT).mean())
         best = _best(g)
         text = f"{rate:.2f}" + (f" / {best['speedup']:.2f}x" if best is not None else "")
-        cells.setdefault(pid, {})[model] = (text, sample_anchor(best) if best is not None else "")
+        cells.setdefault(pid, {})[model] = GridCell(text, sample_anchor(best) if best is not None else "", rate,
+                                                    float(best["speedup"]) if best is not None else math.nan)
     return cells
 
 
 def category_speedups(rows: pd.DataFrame, per_category: pd.DataFrame) -> pd.DataFrame:
-    """Per category and model with correct samples: how many, their geometric-mean speedup, and the
-    share faster than the reference."""
+    """Per category and model with correct samples: how many, their geometric-mean speedup (with its
+    interval), and the share faster than the reference."""
     ok = rows[(rows["status"] == CORRECT) & (rows["speedup"] > 0)]
-    columns = ["category", "model", "correct", "geomean speedup", "faster than reference"]
+    columns = ["category", "model", "correct", "geomean speedup", "geomean speedup_lo", "geomean speedup_hi",
+               "faster than reference"]
     if ok.empty:
         return pd.DataFrame(columns=columns)
     g = ok.groupby(["category", "model"])["speedup"]
-    geomean = per_category.set_index(["category", "model"])["geomean_speedup"]
+    scores = per_category.set_index(["category", "model"])
     out = pd.DataFrame({"correct": g.size(), "faster than reference": g.apply(lambda s: (s > 1).mean())})
-    out["geomean speedup"] = geomean.reindex(out.index)
+    for end in ("", "_lo", "_hi"):
+        out[f"geomean speedup{end}"] = scores[f"geomean_speedup{end}"].reindex(out.index)
     return out.reset_index()[columns]
 
 

@@ -172,3 +172,65 @@ def test_a_model_is_never_asked_for_parallelkittens():
     with pytest.raises(ConfigError, match="backend.backends: parallelkittens samples are read from sample folders"):
         validate_config(raw)
     assert validate_config({"backend": {"backends": ["parallelkittens"]}}).backend.backends == ["parallelkittens"]
+
+
+def test_the_eval_profile_follows_the_hardware_device_unless_chosen():
+    from pkb_ray.compose import compose_config, config_groups
+    from pkb_ray.config import EVAL_PROFILES
+
+    for name in config_groups()["hardware"]:
+        cfg = compose_config([f"hardware={name}"])
+        chosen = compose_config([f"hardware={name}", f"eval={EVAL_PROFILES[cfg.hardware.device]}"])
+        assert cfg.eval == chosen.eval, name
+    gpu = compose_config(["hardware=h200_2", "eval.trials=7"])  # a key override keeps the followed profile
+    assert (gpu.eval.trials, gpu.eval.max_round_calls, gpu.eval.size) == (7, 500, "default")
+    assert compose_config([]).eval.max_round_calls == 1
+    assert compose_config(["eval=gpu"]).eval.max_round_calls == 500  # eval chosen over the default hardware
+
+
+@pytest.mark.parametrize("hardware, profile", [("h200_2", "cpu"), ("cpu_gloo", "gpu"), ("h100_8", "cpu")])
+def test_an_eval_profile_chosen_against_the_chosen_hardware_fails_naming_both(hardware, profile):
+    from pkb_ray.compose import compose_config
+
+    with pytest.raises(ConfigError) as err:
+        compose_config([f"hardware={hardware}", f"eval={profile}"])
+    message = str(err.value)
+    assert message.startswith("config: hardware, eval:")
+    assert f"conf/hardware/{hardware}.yaml" in message and f"conf/eval/{profile}.yaml" in message
+    assert compose_config([f"hardware={hardware}", f"eval={'cpu' if profile == 'gpu' else 'gpu'}"])
+
+
+def test_a_hardware_profile_whose_defaults_leave_eval_behind_is_named():
+    raw = {"hardware": {"name": "mine", "device": "cuda"}}
+    with pytest.raises(ConfigError, match=r"add '- override /eval@_global_.eval: gpu' to the defaults of "
+                                          r"conf/hardware/mine.yaml"):
+        validate_config(raw, choices={"hardware": "mine", "eval": "cpu"}, explicit={"hardware"})
+    # a profile of neither device (a user's own) is not judged
+    assert validate_config(raw, choices={"hardware": "mine", "eval": "h200_tuned"}, explicit={"hardware", "eval"})
+
+
+def test_every_mistake_of_a_command_line_is_reported_at_once_with_close_matches():
+    from pkb_ray.compose import compose_config, precheck
+
+    args = ["eval.timout_s=5", "eval.trials=0", "hardware=h2000"]
+    with pytest.raises(ConfigError) as err:
+        compose_config(args)
+    head, *lines = str(err.value).splitlines()
+    assert head == "config: 3 errors" and len(lines) == 3
+    assert lines[0].startswith("  eval.timout_s: no such key; did you mean eval.timeout_s")
+    assert lines[1].startswith("  hardware=h2000: no conf/hardware/h2000.yaml; did you mean hardware=h200_")
+    assert lines[2].startswith("  eval.trials (conf/eval/cpu.yaml): Input should be greater than or equal to 1")
+    assert precheck(args) == str(err.value)  # what a Hydra entry point prints before Hydra stops at one
+    assert precheck(["-m", "hardware=h200_2,h2000"]).startswith("config: hardware=h2000: no conf/hardware/")
+    assert precheck(["hardware=h200_2", "eval.trials=3"]) is None
+    assert precheck(["--cfg", "job", "hardware=h2000"]) is None  # other flags: Hydra's own
+
+
+def test_unknown_keys_that_reach_validation_get_close_matches():
+    with pytest.raises(ConfigError) as err:
+        validate_config({"eval": {"timout_s": 1, "trials": 0}, "hardwre": {}},
+                        choices={"eval": "cpu", "hardware": "cpu_gloo"})
+    message = str(err.value)
+    assert "eval.timout_s (conf/eval/cpu.yaml): Extra inputs are not permitted; did you mean eval.timeout_s" in message
+    assert "hardwre (conf/config.yaml): Extra inputs are not permitted; did you mean hardware?" in message
+    assert "eval.trials (conf/eval/cpu.yaml)" in message and message.startswith("config: 3 errors")

@@ -172,9 +172,12 @@ def test_summarize_columns(results):
     out = summarize(results, ["model"], ks=(1, 2))
     assert list(out.columns) == ["model"] + summary_columns((1, 2))
     assert summary_columns((1, 2)) == [
-        "n", "problems", "pass@1", "pass@2", "pass@1_problems", "pass@2_problems",
-        "fast_0.0@1", "fast_0.5@1", "fast_0.8@1", "fast_1.0@1", "fast_1.5@1", "fast_2.0@1",
-        "geomean_speedup", "median_speedup", "median_sol_fraction",
+        "n", "problems", "pass@1", "pass@2", "pass@1_se", "pass@2_se", "pass@1_problems", "pass@2_problems",
+        "fast_0.0@1", "fast_0.0@1_lo", "fast_0.0@1_hi", "fast_0.5@1", "fast_0.5@1_lo", "fast_0.5@1_hi",
+        "fast_0.8@1", "fast_0.8@1_lo", "fast_0.8@1_hi", "fast_1.0@1", "fast_1.0@1_lo", "fast_1.0@1_hi",
+        "fast_1.5@1", "fast_1.5@1_lo", "fast_1.5@1_hi", "fast_2.0@1", "fast_2.0@1_lo", "fast_2.0@1_hi",
+        "geomean_speedup", "geomean_speedup_lo", "geomean_speedup_hi", "median_speedup", "median_speedup_lo",
+        "median_speedup_hi", "median_sol_fraction", "median_sol_fraction_lo", "median_sol_fraction_hi",
         "n_invalid_sample", "n_unsupported_hardware", "n_compile_error", "n_import_error", "n_runtime_error",
         "n_timeout", "n_crash", "n_wrong_output", "n_tampering", "n_correct",
     ]  # fmt: skip

@@ -1,0 +1,88 @@
+"""Bootstrap confidence intervals of the scores of :mod:`pkb_ray.metrics` (fast_p@1, geomean and
+median speedup, median fraction of speed of light). Pure numpy and seeded: the same rows always
+give the same intervals.
+
+The resampling: each problem's samples are drawn with replacement, as many as it has, from its
+own samples; the problems are held fixed (the benchmark is the benchmark: what varies is which
+samples a model happened to draw). A group's statistic is recomputed on each of
+:data:`RESAMPLES` such draws, made by ``numpy.random.default_rng(SEED)`` afresh for every group
+(so a group's interval does not depend on which other groups were scored), and the interval is
+the percentile bootstrap's: the 2.5th and 97.5th percentiles of the draws (:data:`LEVEL` = 95 %).
+Draws in which a statistic is undefined (no correct, timed sample was drawn) are left out of its
+percentiles. All samples equal gives a zero-width interval.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+RESAMPLES = 1000
+SEED = 0
+LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class Resamples:
+    """Draws of one group's samples, which lie problem after problem (``sizes[i]`` of problem i)."""
+
+    index: np.ndarray  # (draws, samples): positions into the group's samples, each within its problem
+    weight: np.ndarray  # (samples,) 1 / (P n_i): ``x[index] @ weight`` is the mean over problems of each's mean
+
+    @property
+    def draws(self) -> int:
+        return self.index.shape[0]
+
+
+def resample(sizes: Sequence[int], resamples: int = RESAMPLES, seed: int = SEED) -> Resamples:
+    """``resamples`` draws of a group whose problems have ``sizes`` samples each (stratified)."""
+    rng = np.random.default_rng(seed)
+    sizes = [int(n) for n in sizes if n > 0]
+    offsets = np.cumsum([0, *sizes[:-1]]).astype(int)
+    columns = [off + rng.integers(0, n, size=(resamples, n)) for off, n in zip(offsets, sizes)]
+    index = np.concatenate(columns, axis=1) if columns else np.zeros((resamples, 0), dtype=int)
+    weight = np.concatenate([np.full(n, 1.0 / (len(sizes) * n)) for n in sizes]) if sizes else np.zeros(0)
+    return Resamples(index, weight)
+
+
+def share(r: Resamples, success: np.ndarray) -> np.ndarray:
+    """Per draw: the mean over problems of each problem's share of successes (fast_p@1, pass@1)."""
+    return np.asarray(success, dtype=float)[r.index] @ r.weight
+
+
+def _positive(values) -> np.ndarray:
+    """The values as floats, NaN where not finite and positive (None included)."""
+    v = np.array([np.nan if x is None else x for x in values], dtype=float)
+    return np.where(np.isfinite(v) & (v > 0), v, np.nan)
+
+
+def log_geomean(r: Resamples, values: np.ndarray) -> np.ndarray:
+    """Per draw: the log of the geometric mean of the drawn positive values, pooled over problems
+    (NaN/None/non-positive values are not counted; NaN where a draw has none)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a draw without any value: NaN
+        return np.nanmean(np.log(_positive(values))[r.index], axis=1)
+
+
+def median(r: Resamples, values: np.ndarray) -> np.ndarray:
+    """Per draw: the median of the drawn positive values, pooled over problems (as :func:`log_geomean`)."""
+    drawn = np.sort(np.nan_to_num(_positive(values), nan=np.inf)[r.index], axis=1)  # NaN last, as inf
+    count = np.isfinite(drawn).sum(axis=1)
+    rows = np.arange(len(drawn))
+    low, high = drawn[rows, np.maximum(count - 1, 0) // 2], drawn[rows, count // 2 - (count == 0)]
+    with np.errstate(invalid="ignore"):  # inf + inf where a draw has no value: NaN below
+        middle = np.where(count % 2, low, (low + high) / 2)  # the middle value, or the two middle ones' mean
+    return np.where(count > 0, middle, np.nan)
+
+
+def interval(draws: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+    """The percentile interval of the defined draws at ``level``; (NaN, NaN) when none is defined."""
+    d = np.asarray(draws, dtype=float)
+    d = d[np.isfinite(d)]
+    if d.size == 0:
+        return float("nan"), float("nan")
+    lo, hi = np.percentile(d, [50 * (1 - level), 50 * (1 + level)])
+    return float(lo), float(hi)

@@ -1,0 +1,101 @@
+"""``pkb-ray ls``: what a run would see, listed before running it.
+
+    pkb-ray ls                                       # what can be listed
+    pkb-ray ls problems [--category C ...] [group=option ...] [key=value ...]
+    pkb-ray ls groups                                # the config groups and their options
+
+Problems come from the loader a sweep uses (:func:`pkb_ray.selection.job_inputs`), so
+``problems=smoke``, ``problems_dir=...``, ``problems.categories=[...]`` and ``eval.size=...`` mean
+what they mean in a sweep.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from pkb_ray.compose import compose_config, groups_help
+from pkb_ray.config import ConfigError, SweepConfig
+from pkb_ray.problem import Problem, ProblemError, WorldSizes, sol_time_us
+from pkb_ray.selection import job_inputs
+
+WHAT = {"problems": "the problems a run would see: id, category, world sizes, dtypes, sizes, speed of light",
+        "groups": "the config groups (group=option) and their options"}
+COLUMNS = ("id", "category", "W", "dtypes", "sizes", "size (eval.size)", "speed of light")
+
+
+def world_sizes(ws: WorldSizes) -> str:
+    """``2-8``, ``2+`` (no maximum), with ``, x2`` when W must be a multiple of 2."""
+    span = f"{ws.min}-{ws.max}" if ws.max is not None else f"{ws.min}+"
+    return span + (f", x{ws.multiple_of}" if ws.multiple_of > 1 else "")
+
+
+def speed_of_light(p: Problem, cfg: SweepConfig, knobs: dict[str, int]) -> str:
+    """The bound at the run's size, first world size the problem supports, dtype and hardware
+    profile; '-' where the problem has no model of it (or none at that size)."""
+    sizes = [lay.world_size for lay in cfg.hardware.layouts]
+    w = next((x for x in sizes if p.meta.world_sizes.supports(x)), None)
+    if w is None or not hasattr(p.module, "speed_of_light"):
+        return "-"
+    dtype = cfg.eval.dtype or p.meta.dtypes[0]
+    try:
+        return f"{sol_time_us(p, knobs, w, dtype, cfg.hardware):.3g} us at W={w}"
+    except Exception:  # a model that does not hold at this size: shown as none, not a failed listing
+        return "-"
+
+
+def problem_rows(cfg: SweepConfig, problems: dict[str, Problem]) -> list[tuple[str, ...]]:
+    """One row of :data:`COLUMNS` per problem, in id order."""
+    rows = []
+    for pid in sorted(problems):
+        p = problems[pid]
+        _, knobs = p.size(cfg.eval.size)
+        presets = ", ".join(p.meta.sizes) + (f", ladder of {len(p.meta.ladder)}" if p.meta.ladder else "")
+        rows.append((pid, p.meta.category, world_sizes(p.meta.world_sizes), ", ".join(p.meta.dtypes), presets,
+                     ", ".join(f"{k}={v}" for k, v in knobs.items()), speed_of_light(p, cfg, knobs)))
+    return rows
+
+
+def table(rows: list[tuple[str, ...]], columns: tuple[str, ...] = COLUMNS) -> str:
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(columns), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip() + "\n\n" + "\n".join(f"  {k:9s} {v}" for k, v in WHAT.items()))
+        return 0
+    what, rest = argv[0], argv[1:]
+    if what == "groups":
+        print(groups_help())
+        return 0
+    if what != "problems":
+        print(f"pkb-ray ls: nothing called {what!r}; known: {', '.join(WHAT)}", file=sys.stderr)
+        return 2
+    categories, overrides = [], []
+    it = iter(rest)
+    for arg in it:
+        if arg == "--category":
+            categories.append(next(it, ""))
+        elif arg.startswith("--category="):
+            categories.append(arg.split("=", 1)[1])
+        else:
+            overrides.append(arg)
+    try:
+        cfg = compose_config(overrides)
+        chosen = job_inputs(cfg, Path(".")).chosen
+    except (ConfigError, ProblemError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if categories:
+        known = sorted({p.meta.category for p in chosen.values()})
+        unknown = [c for c in categories if c not in known]
+        if unknown:
+            print(f"error: --category: no problem of {unknown}; categories: {', '.join(known)}", file=sys.stderr)
+            return 2
+        chosen = {i: p for i, p in chosen.items() if p.meta.category in categories}
+    print(table(problem_rows(cfg, chosen)))
+    print(f"{len(chosen)} problem(s); speed of light: the bound at that size and W, "
+          f"{cfg.eval.dtype or 'the first dtype'}, hardware={cfg.hardware.name}")
+    return 0

@@ -1,0 +1,81 @@
+"""A :class:`~pkb_ray.summary.compare.Comparison` as the printed table (fits 120 columns) and as
+``compare.md`` and ``compare.html``."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import pandas as pd
+
+from pkb_ray.summary.compare import Comparison
+from pkb_ray.summary.render_html import CSS, html_table
+from pkb_ray.summary.render_markdown import markdown_table
+from pkb_ray.summary.render_text import WIDTH, fit_columns
+from pkb_ray.summary.sections import with_interval
+
+CHANGES = ("Δ pass@1", "Δ fast_1.0@1", "speedup B/A")  # the columns the printed table shows
+
+
+def _note(c: Comparison) -> str:
+    return (f"Δ: B - A; speedup B/A: ratio of geomean speedups over problems both runs have a correct, timed sample "
+            f"of; [lo, hi]: 95 % bootstrap interval. Regressed: Holm-adjusted permutation test at alpha={c.alpha} "
+            f"and the interval below 0 (below 1 for the ratio); see docs/statistics.md.")
+
+
+def verdict(c: Comparison) -> str:
+    n = len(c.regressions)
+    return f"{n} significant regression(s)" if n else "no significant regression"
+
+
+def text(c: Comparison) -> str:
+    t = c.table
+    if t.empty:
+        return "nothing to compare: the runs share no (model, problem)"
+    cells = {"model": t["model"].tolist(), "problem": t["problem"].tolist(),
+             "n A/B": [f"{a}/{b}" for a, b in zip(t["n A"], t["n B"])]}
+    for column in CHANGES:
+        show = _ratio if column == "speedup B/A" else _signed
+        cells[f"{column} [95%]"] = [with_interval(v, lo, hi, show) for v, lo, hi in
+                                    zip(t[column], t[f"{column}_lo"], t[f"{column}_hi"])]
+    cells["regressed"] = t["regressed"].tolist()
+    lines = fit_columns(cells, WIDTH)
+    for side, keys in (("A", c.only_a), ("B", c.only_b)):
+        if keys:
+            lines.append(f"only in {side} (not compared): {len(keys)}: " + ", ".join(keys)[:WIDTH - 40])
+    return "\n".join([*lines, verdict(c)])
+
+
+def _signed(x) -> str:
+    return "-" if pd.isna(x) else f"{x:+.2f}"
+
+
+def _ratio(x) -> str:
+    return "-" if pd.isna(x) else f"{x:.2f}"
+
+
+def markdown(c: Comparison, a: str, b: str) -> str:
+    parts = [f"# Comparison: {b} against {a}", "", _note(c), "", f"**{verdict(c)}**", "",
+             markdown_table(c.table)]
+    for side, keys in (("A", c.only_a), ("B", c.only_b)):
+        if keys:
+            parts += [f"Only in {side} (not compared): " + ", ".join(keys), ""]
+    return "\n".join(parts)
+
+
+def page(c: Comparison, a: str, b: str) -> str:
+    only = "".join(f"<p class='note'>Only in {side} (not compared): {html.escape(', '.join(keys))}</p>"
+                   for side, keys in (("A", c.only_a), ("B", c.only_b)) if keys)
+    title = f"Comparison: {b} against {a}"
+    return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1><p class='note'>{html.escape(_note(c))}</p>"
+            f"<p><strong>{html.escape(verdict(c))}</strong></p>{html_table(c.table)}{only}</body></html>\n")
+
+
+def write(c: Comparison, out_dir: Path, a: str, b: str) -> tuple[Path, Path]:
+    """``compare.html`` and ``compare.md`` in ``out_dir``; returns their paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "compare.html").write_text(page(c, a, b))
+    (out_dir / "compare.md").write_text(markdown(c, a, b))
+    return out_dir / "compare.html", out_dir / "compare.md"

@@ -1,0 +1,45 @@
+"""``pkb-ray compare`` as a process, on results folders written with pkb_ray.results.write_results."""
+
+import random
+import subprocess
+import sys
+
+from conftest import REPO
+from pkb_ray.names import Status
+from pkb_ray.results import write_results
+from pkb_ray.schema import Result, Sample
+
+
+def results(seed: int, p_correct: float) -> list[Result]:
+    rng, out = random.Random(seed), []
+    for pid in ("all_reduce", "all_gather", "scatter"):
+        for i in range(10):
+            ok = rng.random() < p_correct
+            s = Sample(problem_id=pid, model="replay", sample_index=i, source=f"# {pid} {i}\n")
+            out.append(Result.for_sample(s, Status.CORRECT if ok else Status.WRONG_OUTPUT, "", world_size=2,
+                                         hardware="cpu_2", category="collective",
+                                         speedup=rng.lognormvariate(0, 0.2) if ok else None))
+    return out
+
+
+def compare(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pkb_ray.cli", "compare", *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_compare_exits_1_on_a_regression_0_without_and_2_on_bad_input(tmp_path):
+    write_results(results(1, 0.8), tmp_path / "a" / "results")  # a run folder
+    write_results(results(2, 0.8), tmp_path / "b")  # a results folder
+    write_results(results(3, 0.1), tmp_path / "worse")
+    same = compare(tmp_path / "a", tmp_path / "b")
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "no significant regression" in same.stdout and all(len(line) <= 120 for line in same.stdout.splitlines())
+    worse = compare(tmp_path / "a", tmp_path / "worse", "--out", tmp_path / "page", "--alpha", "0.01")
+    assert worse.returncode == 1, worse.stdout + worse.stderr
+    every = next(line for line in worse.stdout.splitlines() if " ALL " in line)
+    assert "pass@1" in every.split("]")[-1]  # flagged in the regressed column
+    md = (tmp_path / "page" / "compare.md").read_text()
+    assert "significant regression(s)" in md and "| replay | ALL |" in md
+    assert "<table>" in (tmp_path / "page" / "compare.html").read_text()
+    missing = compare(tmp_path / "a", tmp_path / "nowhere")
+    assert missing.returncode == 2 and "nowhere" in missing.stderr
