@@ -21,6 +21,8 @@ from pkb_ray.storage import is_remote
 from pkb_ray.summary import render_wandb, render_wandb_report
 from pkb_ray.summary.run import RunSummary
 
+log = logging.getLogger("pkb_ray.tracking")
+
 
 def artifact_name(kind: str, label: str) -> str:
     """A name that says what an Artifact holds (``results-replay-all``), so each run of the same model
@@ -38,9 +40,6 @@ def folder_digest(path: Path) -> str:
         h.update(str(f.relative_to(path) if f != path else f.name).encode() + b"\0")
         h.update(f.read_bytes())
     return h.hexdigest()
-
-
-log = logging.getLogger("pkb_ray.tracking")
 
 
 class Tracker:
@@ -65,8 +64,7 @@ class Tracker:
         if not self.run:
             return
         if self._current is not None and stats is not self._current:  # a new generate() call: bank the last
-            for k, v in self._totals(self._current, {}).items():
-                self._generated[k] = v
+            self._generated = self._totals(self._current, self._generated)
         self._current = stats
         totals = self._totals(stats, self._generated)
         self.run.log({f"generation/{k}": v for k, v in totals.items()})

@@ -26,10 +26,13 @@ def test_generation_is_logged_as_it_goes_and_totals_span_round_0_and_refinement(
     refine = GenerationStats(total=1)  # a refinement round: another generate() call
     refine.add(_rows(1), model)
     tracker.log_generation(refine)
+    second = GenerationStats(total=2)  # a second refinement round: every earlier call still counts
+    second.add(_rows(2), model)
+    tracker.log_generation(second)
     tracker.close()
     run_file = next(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
-    assert wandb_files.history_steps(run_file, "generation/samples") == [2, 4, 5]
-    assert wandb_files.history_steps(run_file, "generation/fraction_done") == [0.5, 1.0, 1.0]
+    assert wandb_files.history_steps(run_file, "generation/samples") == [2, 4, 5, 7]
+    assert wandb_files.history_steps(run_file, "generation/fraction_done") == [0.5, 1.0, 1.0, 1.0]
     summary = wandb_files.summary(run_file)
-    assert summary["generation/errors"] == 1 and summary["generation/completion_tokens"] == 250
-    assert summary["generation/cost_usd"] == pytest.approx((500 * 1.0 + 250 * 4.0) / 1e6)
+    assert summary["generation/errors"] == 1 and summary["generation/completion_tokens"] == 350
+    assert summary["generation/cost_usd"] == pytest.approx((700 * 1.0 + 350 * 4.0) / 1e6)
