@@ -25,7 +25,7 @@ EXAMPLES = """examples:
   pkb-ray sweep -m model=replay,kernels backend=cuda,all # a sweep: one job per combination
   pkb-ray sweep problems=pkb pkb.root=~/src/pkb model.samples=<folder of solutions_*>
   pkb-ray report multirun/<date>/<time> --out report/
-  pkb-ray submit --key-file ~/.pkb_ray/openai_key hardware=h200_8 results_dir=s3://bucket/runs/x
+  pkb-ray submit --key-file '~/.pkb_ray/openai_key' hardware=h200_8 results_dir=s3://bucket/runs/x
   pkb-ray compare outputs/<old run> outputs/<new run> --out compare/
   pkb-ray baselines hardware=h200_2
   pkb-ray prompt problem=all_reduce backend=cuda

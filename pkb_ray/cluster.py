@@ -123,8 +123,8 @@ def warn_secrets_in_job_env(api_key_env: str | None) -> list[str]:
     found = secret_names(env_vars, [api_key_env])
     if found:
         log.warning("the job's runtime env sets %s: Ray passes its env_vars to every worker of the job (and its "
-                    "job API shows them); give API keys to the driver's own environment instead (README: API keys "
-                    "on a cluster)", ", ".join(found))
+                    "job API shows them); give API keys to the driver's own environment instead (docs/cluster.md: API "
+                    "keys)", ", ".join(found))
     return found
 
 

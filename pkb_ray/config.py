@@ -268,8 +268,8 @@ class WandbConfig(_Strict):
     mode: Literal["offline", "online", "disabled"] = "offline"
     project: str = "pkb_ray"
     entity: str | None = None
-    group: str | None = Field(None, description="None: the sweep's folder name under -m, so a sweep's runs group "
-                                                "together; no group for a single run")
+    group: str | None = Field(None, description="None: under -m, the sweep's date and time (2026-12-03_10-00-00), "
+                                                "so a sweep's runs group together; no group for a single run")
     tags: list[str] = Field(default_factory=list)
     report: bool = Field(True, description="online runs: also save a W&B Report laid out like report.html "
                                            "(wandb-workspaces reports API)")

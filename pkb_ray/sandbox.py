@@ -185,7 +185,7 @@ USERNS_SWITCHES = (
      "sudo sysctl -w user.max_user_namespaces=15000"),
     ("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1", "AppArmor forbids unprivileged user "
      "namespaces (Ubuntu 23.10 and later by default)", "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 "
-     "(or an AppArmor profile that gives bwrap `userns`: see the README's prerequisites)"),
+     "(or an AppArmor profile that gives bwrap `userns`: see docs/isolation.md, Prerequisites)"),
 )
 
 
@@ -203,7 +203,7 @@ def diagnose(stderr: str, readings: Mapping[str, str], in_container: bool) -> st
                     "capabilities); fix: run it with --security-opt seccomp=unconfined --security-opt "
                     "apparmor=unconfined, or a seccomp profile that allows clone/unshare of namespaces")
         return ("the kernel or a security module refused new namespaces; fix: allow unprivileged user "
-                "namespaces (see the README's prerequisites)")
+                "namespaces (see docs/isolation.md, Prerequisites)")
     if "loopback" in stderr:
         return "a network namespace could not be set up (bwrap could not bring its loopback up)"
     return "see bwrap's error above"
