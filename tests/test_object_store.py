@@ -23,6 +23,7 @@ from pkb_ray.samples import read_samples
 from pkb_ray.schema import NOT_THE_SAMPLES_FAULT, Result, Sample, TrialRecord
 from pkb_ray.selection import run_folder
 from pkb_ray.stages.generate import ROW_SCHEMA, generate, read_generated, write_rows
+from pkb_ray.summary.cli import compare_main as compare
 from pkb_ray.summary.cli import main as report
 
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
@@ -215,3 +216,26 @@ def test_a_sweep_writes_into_the_bucket_and_a_rerun_resumes_from_it(s3, s3_serve
     assert f"{len(shipped)} (sample, layout, size) evaluations already have a final result" in said
     assert "nothing left to evaluate" in said
     assert [o for o in _objects(fs, f"{bucket}/sweep") if o.endswith(".parquet") and "_report" not in o] == rows
+
+
+def test_compare_reads_buckets_and_names_a_missing_or_unreachable_one(s3, capsys):
+    bucket, _ = s3
+    write_results(ROWS, f"s3://{bucket}/old/results")  # a run folder
+    write_results([r.model_copy(update={"status": Status.WRONG_OUTPUT}) for r in ROWS], f"s3://{bucket}/new")
+    assert compare([f"s3://{bucket}/old", f"s3://{bucket}/old/results"]) == 0  # the same rows: nothing flagged
+    out = capsys.readouterr().out
+    assert "no significant regression" in out and "paired" in out
+    assert compare([f"s3://{bucket}/old", f"s3://{bucket}/new"]) == 0  # every sample wrong, but 3 are too few to flag
+    out = capsys.readouterr().out
+    assert "-1.00" in out and "-0.25" in out and "no significant regression" in out  # org/m b, m's ALL row
+    closed = f"s3://{bucket}/old?endpoint_override=127.0.0.1:{_free_port()}&scheme=http"  # nothing listens there
+    for argv, side, said in (([f"s3://{bucket}/old", f"s3://nope-{bucket}/x"], "B", f"no such bucket 'nope-{bucket}'"),
+                             ([f"s3://{bucket}/empty", f"s3://{bucket}/old"], "A", "no such folder"),
+                             ([closed, f"s3://{bucket}/old"], "A", "Could not connect")):
+        assert compare(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: run {side} ({argv[side == 'B']}): ") and said in err, err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert report([f"s3://nope-{bucket}/x", "--out", "unused"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: s3://nope-{bucket}/x: ") and len(err.strip().splitlines()) == 1, err
