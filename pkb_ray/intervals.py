@@ -1,6 +1,6 @@
 """Bootstrap confidence intervals of the scores of :mod:`pkb_ray.metrics` (fast_p@1, geomean and
-median speedup, median fraction of speed of light). Pure numpy and seeded: the same rows always
-give the same intervals.
+median speedup, median fraction of speed of light, and the bands of the pass@k and fast_p@k curves).
+Pure numpy and seeded: the same rows always give the same intervals.
 
 The resampling: each problem's samples are drawn with replacement, as many as it has, from its
 own samples; the problems are held fixed (the benchmark is the benchmark: what varies is which
@@ -31,6 +31,7 @@ class Resamples:
 
     index: np.ndarray  # (draws, samples): positions into the group's samples, each within its problem
     weight: np.ndarray  # (samples,) 1 / (P n_i): ``x[index] @ weight`` is the mean over problems of each's mean
+    sizes: tuple[int, ...] = ()  # n_i of each problem (those with a sample), in order
 
     @property
     def draws(self) -> int:
@@ -45,12 +46,38 @@ def resample(sizes: Sequence[int], resamples: int = RESAMPLES, seed: int = SEED)
     columns = [off + rng.integers(0, n, size=(resamples, n)) for off, n in zip(offsets, sizes)]
     index = np.concatenate(columns, axis=1) if columns else np.zeros((resamples, 0), dtype=int)
     weight = np.concatenate([np.full(n, 1.0 / (len(sizes) * n)) for n in sizes]) if sizes else np.zeros(0)
-    return Resamples(index, weight)
+    return Resamples(index, weight, tuple(sizes))
 
 
 def share(r: Resamples, success: np.ndarray) -> np.ndarray:
     """Per draw: the mean over problems of each problem's share of successes (fast_p@1, pass@1)."""
     return np.asarray(success, dtype=float)[r.index] @ r.weight
+
+
+def shares_above(r: Resamples, values: np.ndarray, thresholds: Sequence[float]) -> np.ndarray:
+    """Per draw and threshold p, (draws, thresholds): :func:`share` of ``values > p`` (NaN is never
+    above), for every p at once: each sample falls in the bin of the thresholds it exceeds, and a
+    draw's weights per bin, summed from the top, give its share above each p."""
+    t = np.asarray(thresholds, dtype=float)
+    if np.any(np.diff(t) < 0):
+        raise ValueError("thresholds must be in increasing order")
+    v = np.asarray(values, dtype=float)
+    above = np.searchsorted(t, np.where(np.isnan(v), -np.inf, v), side="left")  # how many p lie below each value
+    bins = t.size + 1
+    flat = (np.arange(r.draws)[:, None] * bins + above[r.index]).ravel()
+    per_bin = np.bincount(flat, weights=np.broadcast_to(r.weight, r.index.shape).ravel(), minlength=r.draws * bins)
+    per_bin = per_bin.reshape(r.draws, bins)
+    return np.cumsum(per_bin[:, ::-1], axis=1)[:, ::-1][:, 1:]  # share above p_i: the bins past i
+
+
+def counts(r: Resamples, success: np.ndarray) -> np.ndarray:
+    """Per draw and problem: how many of the problem's drawn samples are successes, (draws, problems)
+    integers (what :func:`pkb_ray.metrics.pass_at_k` takes as c, each problem's n being ``r.sizes[i]``)."""
+    drawn = np.asarray(success, dtype=bool)[r.index]
+    if not r.sizes:
+        return np.zeros((r.draws, 0), dtype=int)
+    starts = np.cumsum([0, *r.sizes[:-1]])
+    return np.add.reduceat(drawn.astype(np.int64), starts, axis=1)
 
 
 def _positive(values) -> np.ndarray:
@@ -69,6 +96,8 @@ def log_geomean(r: Resamples, values: np.ndarray) -> np.ndarray:
 
 def median(r: Resamples, values: np.ndarray) -> np.ndarray:
     """Per draw: the median of the drawn positive values, pooled over problems (as :func:`log_geomean`)."""
+    if r.index.shape[1] == 0:  # a group without samples (all refused by the hardware): no median
+        return np.full(r.draws, np.nan)
     drawn = np.sort(np.nan_to_num(_positive(values), nan=np.inf)[r.index], axis=1)  # NaN last, as inf
     count = np.isfinite(drawn).sum(axis=1)
     rows = np.arange(len(drawn))

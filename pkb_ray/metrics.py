@@ -1,7 +1,9 @@
 """Scores over result rows: pass@k, fast_p@k, speedup and speed-of-light aggregates.
 
 Pure functions: no Ray, no processes, no torch. :func:`pass_at_k` is the one estimator;
-:func:`fast_p_at_k` reuses it with "correct and faster than p" as success.
+:func:`fast_p_at_k` reuses it with "correct and faster than p" as success. :func:`curves` gives
+pass@k and fast_p@k against k, :func:`fast_p_curve` fast_p@1 against p, each point with its
+uncertainty as the scores below have theirs (docs/statistics.md).
 
 :func:`summarize` turns a DataFrame of result rows (columns as in ``RESULT_SCHEMA``) into one
 row per group. Its columns, after the ``by`` columns:
@@ -53,6 +55,7 @@ from pkb_ray import intervals
 from pkb_ray.names import Status
 
 FAST_P_THRESHOLDS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)  # KernelBench's fast_p, p = 0 is "correct"
+CURVE_THRESHOLDS = tuple(round(0.1 * i, 1) for i in range(31))  # fast_p@1 against p: 0 to 3, KernelBench's among them
 PROBLEM_KEY = ("model", "problem_id")  # the unit pass@k is estimated on
 
 
@@ -240,35 +243,84 @@ def summarize(
     return pd.DataFrame(rows, columns=by + summary_columns(ks, ps))
 
 
+def pass_at_k_table(n: int, k: int) -> np.ndarray:
+    """:func:`pass_at_k` of n samples for every c = 0..n at once (index c), as the same product:
+    1 - prod_{j<c} (1 - k/(n-j)), 1.0 where n - c < k."""
+    if k < 1 or k > n:
+        raise ValueError(f"need 1 <= k <= n; got n={n}, k={k}")
+    factors = np.maximum(1.0 - k / (n - np.arange(n, dtype=float)), 0.0)
+    return 1.0 - np.concatenate([[1.0], np.cumprod(factors)])
+
+
 def curves(df: pd.DataFrame, by: Sequence[str] = ("model",), ps: Sequence[float] = (1.0,),
-           max_k: int | None = None, same_problems: bool = True) -> pd.DataFrame:
+           max_k: int | None = None, same_problems: bool = True, bootstrap: bool = True) -> pd.DataFrame:
     """pass@k and fast_p@k for k = 1..n, per group of ``by``: long format, columns
-    ``by + [metric, k, value, problems]``, metric ``pass`` or ``fast_{p}``.
+    ``by + [metric, k, value, se, lo, hi, problems]``, metric ``pass`` or ``fast_{p}``.
 
     As in :func:`summarize`: estimated per (model, problem_id), then averaged over the group's
     problems that have at least k samples (``problems`` says how many did). With
     ``same_problems`` (the default) k stops at the fewest samples any problem of the group has,
     so every point averages the same problems and a curve never falls.
+
+    ``se``: the standard error, as ``pass@{k}_se`` (:func:`pass_at_k_variance`, :func:`pass_se`;
+    fast_p@k is pass@k with "correct and faster than p" as success, so its variance is the same
+    estimator's); NaN when a problem averaged has exactly k samples. ``lo``, ``hi``: the 95 %
+    bootstrap band (:mod:`pkb_ray.intervals`: one set of draws per group, samples resampled within
+    problems, the estimator recomputed at every k on each draw); NaN without ``bootstrap``.
     """
     by = list(by)
     out = []
     for key, g in df[df["status"] != Status.UNSUPPORTED_HARDWARE.value].groupby(by, sort=True, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
-        per_problem = []
-        for _, pg in g.groupby(list(PROBLEM_KEY), dropna=False):
-            correct = pg["status"] == Status.CORRECT.value
-            speedups = pg.loc[correct, "speedup"].tolist()
-            fast = {p: sum(1 for s in speedups if s is not None and math.isfinite(s) and s > p) for p in ps}
-            per_problem.append((len(pg), int(correct.sum()), fast))
-        top = (min if same_problems else max)(n for n, _, _ in per_problem)
-        for k in range(1, min(top, max_k or top) + 1):
-            having = [(n, c, fast) for n, c, fast in per_problem if n >= k]
-            metrics = {"pass": [pass_at_k(n, c, k) for n, c, _ in having]}
-            metrics.update({f"fast_{float(p)}": [pass_at_k(n, fast[p], k) for n, _, fast in having] for p in ps})
-            for name, values in metrics.items():
-                out.append({**dict(zip(by, key)), "metric": name, "k": k, "value": sum(values) / len(values),
-                            "problems": len(values)})
-    return pd.DataFrame(out, columns=by + ["metric", "k", "value", "problems"])
+        problems = [pg for _, pg in g.groupby(list(PROBLEM_KEY), dropna=False)]
+        sizes = np.array([len(pg) for pg in problems])
+        samples = pd.concat(problems)
+        correct = (samples["status"] == Status.CORRECT.value).to_numpy()
+        speedup = samples["speedup"].astype(float).where(correct).to_numpy()
+        success = {"pass": correct}
+        success.update({f"fast_{float(p)}": np.isfinite(speedup) & (speedup > p) for p in ps})
+        starts = np.cumsum([0, *sizes[:-1]])
+        r = intervals.resample(sizes.tolist()) if bootstrap else None
+        top = int((min if same_problems else max)(sizes))
+        ks = range(1, min(top, max_k or top) + 1)
+        rows: dict[tuple[str, int], dict] = {}
+        for name, ok in success.items():
+            c = np.add.reduceat(ok.astype(np.int64), starts)
+            drawn = intervals.counts(r, ok) if bootstrap else None
+            for k in ks:
+                having = np.flatnonzero(sizes >= k)
+                point = {"value": float(np.mean([pass_at_k(int(sizes[i]), int(c[i]), k) for i in having])),
+                         "se": pass_se([pass_at_k_variance(int(sizes[i]), int(c[i]), k) for i in having]),
+                         "lo": math.nan, "hi": math.nan}
+                if bootstrap:
+                    draws = np.mean([pass_at_k_table(int(sizes[i]), k)[drawn[:, i]] for i in having], axis=0)
+                    point["lo"], point["hi"] = intervals.interval(draws)
+                rows[(name, k)] = {**dict(zip(by, key)), "metric": name, "k": k, **point, "problems": len(having)}
+        out += [rows[(name, k)] for k in ks for name in success]
+    return pd.DataFrame(out, columns=by + ["metric", "k", "value", "se", "lo", "hi", "problems"])
+
+
+def fast_p_curve(df: pd.DataFrame, by: Sequence[str] = ("model",),
+                 ps: Sequence[float] = CURVE_THRESHOLDS) -> pd.DataFrame:
+    """fast_p@1 against the threshold p (``ps``, increasing), per group of ``by``: columns
+    ``by + [p, value, lo, hi, problems]``; each value is :func:`summarize`'s ``fast_{p}@1`` and its
+    95 % interval is the bootstrap's over the same draws (:func:`pkb_ray.intervals.shares_above`:
+    every p at once, so equal to ``fast_{p}@1_lo``/``_hi`` up to rounding)."""
+    by = list(by)
+    out = []
+    for key, g in df[df["status"] != Status.UNSUPPORTED_HARDWARE.value].groupby(by, sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        problems = [pg for _, pg in g.groupby(list(PROBLEM_KEY), dropna=False)]
+        samples = pd.concat(problems)
+        correct = (samples["status"] == Status.CORRECT.value).to_numpy()
+        speedup = samples["speedup"].astype(float).where(correct).to_numpy()
+        r = intervals.resample([len(pg) for pg in problems])
+        draws = intervals.shares_above(r, speedup, ps)
+        for i, p in enumerate(ps):
+            lo, hi = intervals.interval(draws[:, i])
+            out.append({**dict(zip(by, key)), "p": float(p), "value": float((speedup > p) @ r.weight),
+                        "lo": lo, "hi": hi, "problems": len(problems)})
+    return pd.DataFrame(out, columns=by + ["p", "value", "lo", "hi", "problems"])
 
 
 def as_scored(df: pd.DataFrame) -> pd.DataFrame:

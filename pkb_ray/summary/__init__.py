@@ -13,7 +13,8 @@ tables, and the timing note. Every view renders that one object, so they cannot 
   (:mod:`.compare` computes the changes and their tests, :mod:`.render_compare` shows them).
 
 Only :mod:`.run` and :mod:`.tables` (which it calls) compute; ``summarize``, ``curves``,
-``final_and_rounds`` and ``as_scored`` of :mod:`pkb_ray.metrics` are called from :mod:`.run` only.
+``fast_p_curve``, ``final_and_rounds`` and ``as_scored`` of :mod:`pkb_ray.metrics` are called from
+:mod:`.run` only, and every interval and standard error a view shows is among what they return.
 """
 
 from pkb_ray.summary.run import KS, RunSummary

@@ -21,22 +21,35 @@ STATUS_COLORS = {
 
 
 def curves(summary: RunSummary) -> str:
-    """pass@k and fast_1.0@k per model."""
+    """pass@k and fast_1.0@k per model against k, and fast_p@1 against the threshold p, each line
+    with its 95 % bootstrap band shaded (:attr:`RunSummary.curves`, :attr:`RunSummary.thresholds`);
+    the i-th model's bands have the ids ``curves-band-pass-<i>``, ``curves-band-fast_1.0-<i>`` and
+    ``curves-band-fast_p-<i>``."""
     plt = pyplot()
     from matplotlib.ticker import MaxNLocator
 
-    c = summary.curves
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    c, t = summary.curves, summary.thresholds
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), sharey=True)
     for ax, metric, title in ((axes[0], "pass", "pass@k"), (axes[1], "fast_1.0", "fast_1.0@k (correct and faster)")):
-        for model, g in c[c["metric"] == metric].groupby("model"):
-            ax.plot(g["k"], g["value"], marker="o", markersize=3, label=model)
+        for i, (model, g) in enumerate(c[c["metric"] == metric].groupby("model")):
+            line = ax.plot(g["k"], g["value"], marker="o", markersize=3, label=model)[0]
+            ax.fill_between(g["k"], g["lo"], g["hi"], color=line.get_color(), alpha=0.18, linewidth=0,
+                            gid=f"band-{metric}-{i}")
         ax.set_title(title)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("k (samples drawn per problem)")
+    for i, (model, g) in enumerate(t.groupby("model")):
+        line = axes[2].plot(g["p"], g["value"], linewidth=1.2, label=model)[0]
+        axes[2].fill_between(g["p"], g["lo"], g["hi"], color=line.get_color(), alpha=0.18, linewidth=0,
+                             gid=f"band-fast_p-{i}")
+    axes[2].axvline(1.0, color="#c62828", linewidth=1, linestyle="--")
+    axes[2].set_title("fast_p@1 against p (dashed: p = 1)")
+    axes[2].set_xlabel("p (correct and more than p times faster)")
+    for ax in axes:
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("mean over problems")
-    axes[1].legend(loc="lower right", fontsize=8)
+    axes[0].set_ylabel("mean over problems (shaded: 95 %)")
+    axes[2].legend(loc="upper right", fontsize=8)
     return svg(fig, "curves")
 
 
@@ -107,7 +120,7 @@ def sizes(sweep: pd.DataFrame) -> str:
                 s_ax.axvline(where, color=line.get_color(), linewidth=0.8, linestyle=":")
         s_ax.axhline(1.0, color="#c62828", linewidth=1, linestyle="--")
         speedup_axis(s_ax.yaxis, drawn)
-        s_ax.set_title("best speedup (dashed: the reference; dotted: crossover)", fontsize=9)
+        s_ax.set_title("best speedup, a maximum: no interval (dashed: reference; dotted: crossover)", fontsize=9)
         for ax in (t_ax, s_ax):
             ax.set_xscale("log", base=2)
             ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human_bytes(v)))

@@ -112,14 +112,24 @@ def grid_html(summary: RunSummary, href: Href | None = None) -> str:
             if cell is None:
                 cells.append("<td></td>")
                 continue
-            what = f"{m} on {pid}: {cell.correct:.0%} of samples correct" + (
-                f", best correct speedup {cell.best_speedup:.2f}x" if cell.anchor else ", none correct and timed")
+            what = f"{m} on {pid}: {grid_share(cell)}" + (
+                f", best correct speedup {cell.best_speedup:.2f}x (the maximum of {cell.timed} correct, timed "
+                "samples: no interval)" if cell.anchor else ", none correct and timed")
             text = (f'<a href="{html.escape(href(cell.anchor))}">{html.escape(cell.text)}</a>' if cell.anchor
                     else html.escape(cell.text))
             cells.append(f'<td class="heat" style="{_heat_style(cell)}" title="{html.escape(what)}">{text}</td>')
         rows.append(f"<tr><td>{html.escape(pid)}</td>{''.join(cells)}</tr>")
     return (f"<table class='grid'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
             + grid_legend())
+
+
+def grid_share(cell: GridCell) -> str:
+    """A cell's share correct as its tooltip says it: ``50% ± 29% of 4 samples correct``."""
+    if not cell.samples:
+        return "no sample the hardware could run"
+    if math.isnan(cell.correct_se):
+        return f"{cell.correct:.0%} of {cell.samples} sample(s) correct (no standard error from one sample)"
+    return f"{cell.correct:.0%} ± {cell.correct_se:.0%} of {cell.samples} samples correct (± standard error)"
 
 
 def grid_legend() -> str:

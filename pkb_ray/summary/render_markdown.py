@@ -10,16 +10,11 @@ from pkb_ray.summary.sections import NOTES, OPTIONAL, SECTIONS, fmt, fold, optio
 
 
 def page(summary: RunSummary, title: str, stamp: str) -> str:
-    c = summary.curves
-    pivot = c.pivot_table(index=["model", "k"], columns="metric", values="value").reset_index()
-    grid = pd.DataFrame([{"problem": pid, **{m: cell[0] for m, cell in row.items()}}
-                         for pid, row in sorted(summary.grid.items())],
-                        columns=["problem", *sorted(summary.rows["model"].unique())]).fillna("")
     parts = [f"# {title}", "", f"{summary.description}; generated {stamp}", ""]
     tables = {"leaderboard": summary.leaderboard,
-              "pass-at-k": pivot.rename(columns={"pass": "pass@k", "fast_1.0": "fast_1.0@k"}),
+              "pass-at-k": summary.curve_table,
               "speedups": summary.speedups, "failures": summary.failures,
-              "problems": summary.problems.drop(columns="best sample"), "grid": grid}
+              "problems": summary.problems.drop(columns="best sample"), "grid": summary.grid_table}
     for key, table in tables.items():
         parts += [f"## {SECTIONS[key]}", "", NOTES[key], "", markdown_table(table)]
     parts += [f"## {SECTIONS['samples']}", "", "Each result's message, per-rank times and source are in report.html "

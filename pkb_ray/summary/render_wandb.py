@@ -2,11 +2,13 @@
 
 - summary: :attr:`RunSummary.scalars` (every score over all models, ``pass@1`` ..., and per model,
   ``<model>/pass@1`` ..., each with its standard error or 95 % interval, ``pass@1_se``,
-  ``fast_1.0@1_lo``/``_hi``, ``geomean_speedup_lo``/``_hi`` ..., ``fast_1.0@k``, ``timing``), and
+  ``fast_1.0@1_lo``/``_hi``, ``geomean_speedup_lo``/``_hi`` ..., ``fast_1.0@k`` with ``fast_1.0@k_se``
+  for k > 1, ``timing``), and
   with refinement ``round<r>/pass@1`` (and ``_se``) and ``round<r>/fast_1.0@1`` (and ``_lo``/``_hi``)
   (``<model>/round<r>/...`` with several models);
 - tables: ``samples`` (one row per result: size, message bytes, timing mode and times, message
-  trimmed, source), ``per_problem``, ``per_category``, ``pass_at_k`` (the curves, long format), and
+  trimmed, source), ``per_problem``, ``per_category``, ``pass_at_k`` (the curves, long format, each
+  point with its ``se`` and 95 % band ``lo``/``hi``), ``fast_p`` (fast_p@1 against p, with its band), and
   when the run has them ``size_sweeps``, ``across_nodes`` and ``rounds``;
 - plots: ``pass@k`` and ``fast_1.0@k`` lines, status counts as bars, the histogram of log2 speedup
   of correct samples, best speedup against message bytes (size sweeps), pass@1 per round;
@@ -51,7 +53,7 @@ def history(summary: RunSummary, report_html: str | None = None) -> dict[str, An
     df = summary.rows
     samples = df[[c for c in SAMPLE_COLUMNS if c in df]].assign(message=df["message"].str[:MESSAGE_CHARS])
     tables = {"samples": samples, "per_problem": summary.per_problem, "per_category": summary.per_category,
-              "pass_at_k": summary.curves}
+              "pass_at_k": summary.curves, "fast_p": summary.thresholds}
     logged: dict[str, Any] = {name: _table(t) for name, t in tables.items()}
     curve = summary.curves
     lines = wandb.Table(dataframe=curve.assign(line=curve["model"] + " " + curve["metric"]))
@@ -67,8 +69,9 @@ def history(summary: RunSummary, report_html: str | None = None) -> dict[str, An
         line = sweep["model"] + " " + sweep["problem"] + " W=" + sweep["W"].astype(str)
         table = _table(sweep.assign(line=line))
         logged["size_sweeps"] = table
-        logged["size_sweeps_plot"] = wandb.plot.line(table, "bytes", "best speedup", stroke="line",
-                                                     title="best speedup against message bytes (1 = the reference)")
+        logged["size_sweeps_plot"] = wandb.plot.line(
+            table, "bytes", "best speedup", stroke="line",
+            title="best speedup (a maximum: no interval) against message bytes (1 = the reference)")
     if summary.across_nodes is not None and not summary.across_nodes.empty:
         logged["across_nodes"] = _table(summary.across_nodes)
     if summary.rounds is not None and not summary.rounds.empty:

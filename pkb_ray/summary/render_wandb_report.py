@@ -24,11 +24,9 @@ HEADLINE_METRICS = ("pass@1", "fast_1.0@1", "geomean_speedup")
 
 
 def _frames(summary: RunSummary) -> dict[str, pd.DataFrame | None]:
-    """The table each section of the page shows (the grid as text cells, without its links)."""
-    grid = pd.DataFrame({p: {m: cell[0] for m, cell in models.items()} for p, models in summary.grid.items()}).T
-    return {"leaderboard": summary.leaderboard, "pass-at-k": summary.curves, "speedups": summary.speedups,
-            "failures": summary.failures, "problems": summary.problems,
-            "grid": grid.rename_axis("problem").reset_index() if not grid.empty else None,
+    """The table each section of the page shows (the grid as report.md's text cells, without its links)."""
+    return {"leaderboard": summary.leaderboard, "pass-at-k": summary.curve_table, "speedups": summary.speedups,
+            "failures": summary.failures, "problems": summary.problems, "grid": summary.grid_table,
             "samples": None,  # thousands of rows: the logged table, not Markdown
             "run": summary.run, **sections.optional(summary)}
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from pkb_ray.metrics import as_scored, curves, fast_col, final_and_rounds, summarize, timing_note
+from pkb_ray.metrics import as_scored, curves, fast_col, fast_p_curve, final_and_rounds, summarize, timing_note
 from pkb_ray.names import Status
 from pkb_ray.summary import sizes, tables
 
@@ -27,11 +27,14 @@ class RunSummary:
     overall: pd.DataFrame  # summarize() per model, at KS
     per_problem: pd.DataFrame  # per model and problem
     per_category: pd.DataFrame  # per model and category
-    curves: pd.DataFrame  # pass@k and fast_1.0@k per model, the same problems at every k
+    curves: pd.DataFrame  # pass@k and fast_1.0@k per model, the same problems at every k, with SE and 95 % band
+    curve_table: pd.DataFrame  # the curves as the pages show them: per model and k, each score with its band
+    thresholds: pd.DataFrame  # fast_p@1 per model against p (metrics.CURVE_THRESHOLDS), with its 95 % interval
     scalars: dict[str, Any]  # the headline figures, flat: over all models ("pass@1") and each ("<model>/pass@1")
     leaderboard: pd.DataFrame
     problems: pd.DataFrame  # per problem and model: best sample, its times and fraction of speed of light
-    grid: dict[str, dict[str, tables.GridCell]]  # problem -> model -> share correct, best speedup, its anchor
+    grid: dict[str, dict[str, tables.GridCell]]  # problem -> model -> share correct (and SE), best speedup, its anchor
+    grid_table: pd.DataFrame  # the grid as the Markdown pages show it: each model's cells and their SE
     speedups: pd.DataFrame  # per category and model, correct samples
     failures: pd.DataFrame  # statuses per model and category
     status_shares: pd.DataFrame  # each status's share of each model's samples
@@ -53,13 +56,16 @@ class RunSummary:
         per_problem = summarize(rows, ["model", "problem_id"], ks=KS)
         per_category = summarize(rows, ["model", "category"], ks=KS)
         correct = rows[(rows["status"] == Status.CORRECT.value) & (rows["speedup"] > 0)]
+        curve = curves(rows, ["model"], ps=(CURVE_P,))
+        grid = tables.grid_cells(rows, per_problem)
         return cls(
             rows=rows, rounds=rounds, overall=overall, per_problem=per_problem, per_category=per_category,
-            curves=curves(rows, ["model"], ps=(CURVE_P,)),
+            curves=curve, curve_table=tables.curve_table(curve),
+            thresholds=fast_p_curve(rows, ["model"]),
             scalars=_scalars(rows, overall),
             leaderboard=tables.leaderboard(rows, overall),
             problems=tables.problems(rows, per_problem),
-            grid=tables.grid_cells(rows),
+            grid=grid, grid_table=tables.grid_table(grid, sorted(rows["model"].unique())),
             speedups=tables.category_speedups(rows, per_category),
             failures=tables.status_table(rows, ["model", "category"]),
             status_shares=tables.status_shares(rows),
@@ -85,18 +91,23 @@ class RunSummary:
 def _scalars(rows: pd.DataFrame, overall: pd.DataFrame) -> dict[str, Any]:
     """The run's headline figures: every score over all (model, problem) units ("pass@1", ...), the
     same per model ("<model>/pass@1", ...), fast_1.0@k for each k of KS (over the problems with at
-    least k samples, as pass@k), and the timing note."""
+    least k samples, as pass@k) with, for k > 1, its standard error ``fast_1.0@k_se`` (pass@k's
+    estimator, so pass@k's: NaN, and left out, where a problem has exactly k samples; fast_1.0@1
+    has its bootstrap interval), and the timing note."""
     if rows.empty:
         return {}
     out: dict[str, Any] = {}
     everyone = summarize(rows.assign(scope="all"), ["scope"], ks=KS).drop(columns=["scope"]).iloc[0]
     per_model = [("", everyone.to_dict())] + [(f"{r['model']}/", r) for r in overall.to_dict("records")]
-    wide = {"": curves(rows.assign(model_scope="all"), ["model_scope"], ps=(CURVE_P,), same_problems=False)}
-    by_model = curves(rows, ["model"], ps=(CURVE_P,), same_problems=False)
+    k_curves = dict(ps=(CURVE_P,), max_k=max(KS), same_problems=False, bootstrap=False)  # their SE only
+    wide = {"": curves(rows.assign(model_scope="all"), ["model_scope"], **k_curves)}
+    by_model = curves(rows, ["model"], **k_curves)
     for prefix, scores in per_model:
         out.update({f"{prefix}{k}": v for k, v in scores.items() if k != "model" and pd.notna(v)})
         curve = wide[""] if not prefix else by_model[by_model["model"] == prefix[:-1]]
         fast = curve[(curve["metric"] == f"fast_{CURVE_P}") & curve["k"].isin(KS)]
-        out.update({f"{prefix}{fast_col(CURVE_P).removesuffix('@1')}@{k}": v for k, v in zip(fast["k"], fast["value"])})
+        name = fast_col(CURVE_P).removesuffix("@1")
+        out.update({f"{prefix}{name}@{k}": v for k, v in zip(fast["k"], fast["value"])})
+        out.update({f"{prefix}{name}@{k}_se": se for k, se in zip(fast["k"], fast["se"]) if k > 1 and pd.notna(se)})
     out["timing"] = timing_note(rows)
     return out

@@ -21,27 +21,32 @@ NOTES = {
                    "fast_p@1: chance that it is correct and more than p times faster than the PyTorch + NCCL "
                    "reference. Speedups and fractions of speed of light are over correct samples.",
     "pass-at-k": "Unbiased estimates from n samples per problem, averaged over problems; k runs up to the fewest "
-                 "samples any problem of the model has, so every point averages the same problems.",
+                 "samples any problem of the model has, so every point averages the same problems. Right: "
+                 "fast_p@1 against the threshold p. Shaded and [lo, hi]: 95 % bootstrap band (samples resampled "
+                 "within problems, docs/statistics.md).",
     "speedups": "Reference time / candidate time, correct samples only; each box is one category and model.",
     "failures": "Status of every sample: invalid and compile errors come before any GPU work; timeout and crash "
                 "are hangs and dead ranks; wrong_output ran but disagreed with the reference; tampering was caught "
                 "changing the evaluator or forging its times.",
-    "problems": "Best speedup among the model's correct samples of the problem, and that sample's fraction of "
+    "problems": "Best speedup among the model's correct samples of the problem (their maximum: an extreme, shown "
+                "without an interval, docs/statistics.md), and that sample's fraction of "
                 "the speed-of-light time (1.0 = at the hardware bound; 'estimate (traced)': a problem with no "
                 "bound of its own, bounded by what one traced reference call moves and computes).",
     "nodes": "The same samples on gangs spread over nodes (hardware.spread), beside the same world size inside one "
              "node: the reference's median time in each (measured beside every sample), how much slower it is "
-             "across nodes, and the model's best speedup over each reference.",
+             "across nodes, and the model's best speedup over each reference (a maximum: no interval).",
     "verdicts": _SECOND.note if _SECOND else "",
-    "grid": "Each cell: the share of the model's samples of the problem that are correct, and the best "
-            "correct speedup (a link to that sample).",
+    "grid": "Each cell: the share of the model's samples of the problem that are correct (pass@1; its standard "
+            "error in the cell's tooltip and, in report.md, beside it), and the best correct speedup (a link to that "
+            "sample; a maximum, without an interval).",
     "samples": "Every result, by model and problem: open one for its message, each rank's median time and "
                "interquartile range (microseconds, reference and sample), and its source.",
     "run": "The hardware, the versions the results were measured with, the configuration and the W&B run.",
     "sizes": "Problems evaluated at several sizes (eval.sizes): per size, the bytes of one call's inputs on a "
              "rank, the reference's median time and the model's best correct sample (eager calls and graph "
-             "replays each, where both were timed). A model's crossover, the size from which its best sample "
-             "stops beating the reference, is where its speedup line crosses the dashed line.",
+             "replays each, where both were timed; a maximum, without an interval). A model's crossover, the size "
+             "from which its best sample stops beating the reference, is where its speedup line crosses the "
+             "dashed line.",
     "refinement": "Failed or slow samples went back to the model with the evaluator's feedback; each row counts "
                   "every sample's latest version after that round (round 0: the first answers).",
 }

@@ -15,6 +15,7 @@ from pkb_ray.names import Status
 from pkb_ray.results import RESULT_KEY
 
 CORRECT = Status.CORRECT.value
+BEST = "best speedup (max)"  # a maximum of the samples: shown without an interval (docs/statistics.md says why)
 
 
 def with_bounds(shown: str, frame: pd.DataFrame, column: str) -> dict[str, pd.Series]:
@@ -69,7 +70,7 @@ def problems(rows: pd.DataFrame, per_problem: pd.DataFrame) -> pd.DataFrame:
         out.append({"problem": pid, "category": g["category"].iloc[0], "model": model, "samples": len(g),
                     "pass@1": scores.loc[(pid, model), pass_col(1)],
                     "pass@1_se": scores.loc[(pid, model), f"{pass_col(1)}_se"],
-                    "best speedup": best["speedup"] if best is not None else math.nan,
+                    BEST: best["speedup"] if best is not None else math.nan,
                     "SOL fraction of best": best["sol_fraction"] if best is not None else math.nan,
                     "SOL": {"traced": "estimate (traced)"}.get(best.get("sol_source", ""), "")
                     if best is not None else "",
@@ -77,31 +78,68 @@ def problems(rows: pd.DataFrame, per_problem: pd.DataFrame) -> pd.DataFrame:
                     "best us": best["cand_time_us"] if best is not None and "cand_time_us" in best else math.nan,
                     "best IQR us": _spread(best, "cand_iqr_us") if best is not None else math.nan,
                     "best sample": sample_anchor(best) if best is not None else ""})
-    return pd.DataFrame(out, columns=["problem", "category", "model", "samples", "pass@1", "pass@1_se", "best speedup",
+    return pd.DataFrame(out, columns=["problem", "category", "model", "samples", "pass@1", "pass@1_se", BEST,
                                       "SOL fraction of best", "SOL", "reference us", "best us", "best IQR us",
                                       "best sample"])
 
 
 class GridCell(NamedTuple):
     """One model on one problem: its text ("0.50 / 3.00x"), the best sample's anchor ("" without
-    one), and the numbers the heat map colours by (best speedup NaN without a correct, timed sample)."""
+    one), and the numbers the heat map colours by (best speedup NaN without a correct, timed sample);
+    the share's standard error (pass@1's, NaN with one sample), the samples it is over and the
+    correct, timed samples the best speedup is the maximum of (a maximum has no interval:
+    docs/statistics.md)."""
 
     text: str
     anchor: str
     correct: float
     best_speedup: float
+    correct_se: float = math.nan
+    samples: int = 0
+    timed: int = 0
 
 
-def grid_cells(rows: pd.DataFrame) -> dict[str, dict[str, GridCell]]:
-    """problem -> model -> :class:`GridCell` (share correct, best correct speedup, that sample's anchor)."""
+def grid_cells(rows: pd.DataFrame, per_problem: pd.DataFrame) -> dict[str, dict[str, GridCell]]:
+    """problem -> model -> :class:`GridCell`: the share correct and its SE (``per_problem``'s pass@1,
+    so samples the hardware could not run are left out, as there), the best correct speedup and
+    that sample's anchor."""
+    scores = per_problem.set_index(["problem_id", "model"])
     cells: dict[str, dict[str, GridCell]] = {}
     for (pid, model), g in rows.groupby(["problem_id", "model"], sort=True):
-        rate = float((g["status"] == CORRECT).mean())
+        score = scores.loc[(pid, model)]
+        rate, se = float(score[pass_col(1)]), float(score[f"{pass_col(1)}_se"])
         best = _best(g)
-        text = f"{rate:.2f}" + (f" / {best['speedup']:.2f}x" if best is not None else "")
-        cells.setdefault(pid, {})[model] = GridCell(text, sample_anchor(best) if best is not None else "", rate,
-                                                    float(best["speedup"]) if best is not None else math.nan)
+        text = ("-" if math.isnan(rate) else f"{rate:.2f}") + (f" / {best['speedup']:.2f}x" if best is not None else "")
+        timed = int(((g["status"] == CORRECT) & g["speedup"].notna()).sum())
+        cells.setdefault(pid, {})[model] = GridCell(
+            text, sample_anchor(best) if best is not None else "", 0.0 if math.isnan(rate) else rate,
+            float(best["speedup"]) if best is not None else math.nan, se,
+            int(g["status"].ne(Status.UNSUPPORTED_HARDWARE.value).sum()), timed)
     return cells
+
+
+def grid_table(cells: dict[str, dict[str, GridCell]], models: list[str]) -> pd.DataFrame:
+    """The grid as text, one row per problem: each model's cell and, beside it (``<model> share SE``),
+    the standard error of its share correct ("" where the model has no sample of the problem or
+    the share none)."""
+    out = []
+    for pid, row in sorted(cells.items()):
+        line = {"problem": pid}
+        for m in models:
+            cell = row.get(m)
+            line[m] = cell.text if cell else ""
+            line[f"{m} share SE"] = f"±{cell.correct_se:.2f}" if cell and not math.isnan(cell.correct_se) else ""
+        out.append(line)
+    return pd.DataFrame(out, columns=["problem", *(c for m in models for c in (m, f"{m} share SE"))])
+
+
+def curve_table(curves: pd.DataFrame) -> pd.DataFrame:
+    """The curves as the pages' table: per model and k, ``pass@k`` and ``fast_1.0@k`` (each metric of
+    ``curves`` as ``<metric>@k``), each with its 95 % band (``_lo``, ``_hi``)."""
+    parts = [g.set_index(["model", "k"])[["value", "lo", "hi"]].set_axis(
+                 [f"{metric}@k", f"{metric}@k_lo", f"{metric}@k_hi"], axis=1)
+             for metric, g in curves.groupby("metric", sort=False)]
+    return pd.concat(parts, axis=1).sort_index().reset_index() if parts else pd.DataFrame(columns=["model", "k"])
 
 
 def category_speedups(rows: pd.DataFrame, per_category: pd.DataFrame) -> pd.DataFrame:

@@ -79,3 +79,112 @@ def test_resamples_stay_within_their_problem():
     # a share over the draws is the mean over problems of each one's share: 1/2 * (1/3) + 1/2 * 1 on average
     assert intervals.share(r, np.array([1, 0, 0, 1, 1])).mean() == pytest.approx(2 / 3, abs=0.02)
     assert all(map(math.isnan, intervals.interval(np.array([np.nan, np.nan])))) and intervals.interval([1.0]) == (1.0, 1.0)
+
+
+# ---------------------------------------------------------------- the curves' bands and standard errors
+
+
+def _random_rows(problems: int, per_problem: int, seed: int, share: float = 0.6) -> pd.DataFrame:
+    rng = random.Random(seed)
+    return _rows({f"p{i}": [("correct", rng.lognormvariate(0, 0.5)) if rng.random() < share else ("crash", None)
+                            for _ in range(per_problem)] for i in range(problems)})
+
+
+def test_counts_are_each_problems_successes_in_each_draw():
+    r = intervals.resample([3, 2], resamples=50)
+    success = np.array([1, 0, 1, 0, 1], dtype=bool)
+    c = intervals.counts(r, success)
+    assert c.shape == (50, 2)
+    assert (c[:, 0] == success[r.index[:, :3]].sum(axis=1)).all()
+    assert (c[:, 1] == success[r.index[:, 3:]].sum(axis=1)).all()
+    assert c[:, 0].max() <= 3 and c[:, 1].max() <= 2
+
+
+def test_shares_above_every_threshold_are_the_share_of_each():
+    rng = np.random.default_rng(3)
+    values = np.where(rng.random(40) < 0.3, np.nan, rng.lognormal(0, 0.7, 40))  # NaN: never above
+    values[:3] = [1.0, 0.5, 2.0]  # exactly a threshold: not above it
+    r = intervals.resample([10, 25, 5])
+    ps = [0.0, 0.5, 0.8, 1.0, 1.5, 2.0]
+    above = intervals.shares_above(r, values, ps)
+    assert above.shape == (intervals.RESAMPLES, len(ps))
+    for i, p in enumerate(ps):
+        assert np.allclose(above[:, i], intervals.share(r, np.nan_to_num(values, nan=-1.0) > p), atol=1e-12), p
+    with pytest.raises(ValueError):
+        intervals.shares_above(r, values, [1.0, 0.5])
+
+
+def test_every_curve_point_has_a_band_holding_it_and_the_first_fast_one_is_fast_p_at_1s():
+    from pkb_ray.metrics import curves
+
+    rows = _random_rows(6, 8, seed=4)
+    c, again = curves(rows, ["model"], ps=(1.0,)), curves(rows, ["model"], ps=(1.0,))
+    assert list(c["k"].unique()) == list(range(1, 9)) and set(c["metric"]) == {"pass", "fast_1.0"}
+    assert (c["lo"] <= c["value"] + 1e-12).all() and (c["value"] <= c["hi"] + 1e-12).all()
+    assert (c[c["k"] <= 3]["hi"] - c[c["k"] <= 3]["lo"] > 0.05).all()  # a real band where the estimate is not at 1
+    assert c[["lo", "hi"]].equals(again[["lo", "hi"]])  # seeded
+    # k = 1: the same draws as summarize's, so fast_1.0@1's band is its interval in the tables
+    s, first = summarize(rows, ["model"]).iloc[0], c[(c["k"] == 1) & (c["metric"] == "fast_1.0")].iloc[0]
+    assert (first["value"], first["lo"], first["hi"]) == pytest.approx((s["fast_1.0@1"], s["fast_1.0@1_lo"],
+                                                                        s["fast_1.0@1_hi"]))
+    assert c[(c["k"] == 1) & (c["metric"] == "pass")].iloc[0]["se"] == pytest.approx(s["pass@1_se"])
+
+
+def test_the_bands_shrink_with_more_samples():
+    from pkb_ray.metrics import curves, fast_p_curve
+
+    def widths(n: int) -> tuple[float, ...]:
+        rows = _random_rows(3, n, seed=5, share=0.3)
+        c = curves(rows, ["model"], ps=(1.0,), max_k=2).set_index(["metric", "k"])
+        t = fast_p_curve(rows, ["model"], ps=(0.5, 1.0)).set_index("p")
+        return (*(c.loc[(m, k), "hi"] - c.loc[(m, k), "lo"] for m in ("pass", "fast_1.0") for k in (1, 2)),
+                *(t.loc[p, "hi"] - t.loc[p, "lo"] for p in (0.5, 1.0)))
+
+    small, large = widths(20), widths(800)
+    assert all(w > 0 for w in large)
+    assert all(lg < sm / 3 for sm, lg in zip(small, large)), (small, large)  # ~ 1/sqrt(n): 40x, ~1/6
+
+
+def test_fast_p_at_k_standard_error_is_pass_at_ks_with_fast_as_success():
+    from pkb_ray.metrics import curves, pass_at_k_variance
+
+    # p1: 4 samples, 2 correct and faster than 1x (3.0, 1.5), one correct and slower, one crash;
+    # p2: 3 samples, 1 faster. fast_1.0@2 per problem: 1 - C(2,2)/C(4,2) = 5/6 and 1 - C(2,2)/C(3,2) = 2/3
+    rows = _rows({"p1": [("correct", 3.0), ("correct", 1.5), ("correct", 0.5), ("crash", None)],
+                  "p2": [("correct", 2.0), ("wrong_output", None), ("correct", 0.9)]})
+    c = curves(rows, ["model"], ps=(1.0,)).set_index(["metric", "k"])
+    assert c.loc[("fast_1.0", 2), "value"] == pytest.approx((5 / 6 + 2 / 3) / 2)
+    se = math.sqrt(pass_at_k_variance(4, 2, 2) + pass_at_k_variance(3, 1, 2)) / 2
+    assert c.loc[("fast_1.0", 2), "se"] == pytest.approx(se) and se > 0
+    # p2 has exactly 3 samples: at k = 3 there is no variance to estimate (as pass@3_se)
+    assert math.isnan(c.loc[("fast_1.0", 3), "se"]) and math.isnan(c.loc[("pass", 3), "se"])
+    pass3 = summarize(rows, ["model"], ks=(3,)).iloc[0]
+    assert math.isnan(pass3["pass@3_se"])
+    assert c.loc[("pass", 2), "se"] == pytest.approx(summarize(rows, ["model"], ks=(2,)).iloc[0]["pass@2_se"])
+
+
+def test_fast_p_against_p_is_summarizes_fast_p_at_1_with_its_interval():
+    from pkb_ray.metrics import CURVE_THRESHOLDS, FAST_P_THRESHOLDS, fast_col, fast_p_curve
+
+    rows = pd.concat([_random_rows(5, 10, seed=6), _random_rows(4, 7, seed=7).assign(model="n")])
+    t = fast_p_curve(rows, ["model"])
+    assert len(t) == 2 * len(CURVE_THRESHOLDS) and set(FAST_P_THRESHOLDS) <= set(CURVE_THRESHOLDS)
+    s = summarize(rows, ["model"]).set_index("model")
+    for p in FAST_P_THRESHOLDS:
+        at = t[t["p"] == p].set_index("model")
+        for column, end in (("value", ""), ("lo", "_lo"), ("hi", "_hi")):
+            assert np.allclose(at[column], s.loc[at.index, f"{fast_col(p)}{end}"], atol=1e-12), (p, column)
+    assert (t["lo"] <= t["value"] + 1e-12).all() and (t["value"] <= t["hi"] + 1e-12).all()
+    for _, g in t.groupby("model"):
+        assert (np.diff(g["value"]) <= 1e-12).all()  # never rises with p
+
+
+def test_a_model_the_hardware_refused_entirely_has_no_figures_and_breaks_nothing():
+    from pkb_ray.metrics import curves, fast_p_curve
+
+    rows = pd.concat([_random_rows(2, 4, seed=8),
+                      _rows({"p0": [("unsupported_hardware", None)] * 3}, model="refused")])
+    s = summarize(rows, ["model"]).set_index("model").loc["refused"]  # before: IndexError in intervals.median
+    assert s["problems"] == 0 and s["n_unsupported_hardware"] == 3
+    assert all(math.isnan(s[c]) for c in ("pass@1", "median_speedup", "median_speedup_lo", "geomean_speedup_hi"))
+    assert set(curves(rows)["model"]) == set(fast_p_curve(rows)["model"]) == {"m"}

@@ -86,7 +86,7 @@ def test_the_runner_is_split_by_trust_into_small_modules():
 
 def test_a_runs_figures_are_computed_in_one_place():
     """The scores are computed by pkb_ray.summary.run only; every view renders its RunSummary."""
-    scores = {f"pkb_ray.metrics.{n}" for n in ("summarize", "curves", "final_and_rounds", "as_scored")}
+    scores = {f"pkb_ray.metrics.{n}" for n in ("summarize", "curves", "fast_p_curve", "final_and_rounds", "as_scored")}
     found = [f"{name} imports {sorted(scores & _imports(path))}" for name, path in _modules().items()
              if name != "pkb_ray.summary.run" and scores & _imports(path)]
     assert found == []

@@ -15,6 +15,7 @@ from pkb_ray.metrics import (
     median_sol_fraction,
     median_speedup,
     pass_at_k,
+    pass_at_k_table,
     status_counts,
     summarize,
     summary_columns,
@@ -62,6 +63,37 @@ def test_pass_at_k_at_one_is_fraction_correct():
 def test_pass_at_k_rejects_bad_arguments(n, c, k):
     with pytest.raises(ValueError):
         pass_at_k(n, c, k)
+
+
+def test_pass_at_k_table_is_pass_at_k_for_every_c():
+    # the bootstrap looks pass@k up by the drawn c: every c of n at once, the same products
+    for n in range(1, 9):
+        for k in range(1, n + 1):
+            assert pass_at_k_table(n, k).tolist() == pytest.approx([pass_at_k(n, c, k) for c in range(n + 1)])
+    table = pass_at_k_table(1000, 10)  # large n: stable (no binomials), and rising with c to 1
+    assert table[0] == 0.0 and table[-1] == 1.0 and (table[1:] >= table[:-1]).all()
+    assert table[370] == pytest.approx(pass_at_k(1000, 370, 10))
+    for n, k in ((3, 4), (3, 0)):
+        with pytest.raises(ValueError):
+            pass_at_k_table(n, k)
+
+
+def test_curves_columns_and_their_uncertainty():
+    from pkb_ray.metrics import curves
+
+    rows = pd.DataFrame([_row("A", p, "c", s, sp) for p, s, sp in (
+        ("p1", "correct", 2.0), ("p1", "correct", 0.5), ("p1", "crash", None),
+        ("p2", "correct", 1.5), ("p2", "wrong_output", None), ("p2", "correct", 3.0))])
+    c = curves(rows, ["model"], ps=(1.0,))
+    assert list(c.columns) == ["model", "metric", "k", "value", "se", "lo", "hi", "problems"]
+    assert list(zip(c["metric"], c["k"])) == [("pass", 1), ("fast_1.0", 1), ("pass", 2), ("fast_1.0", 2),
+                                               ("pass", 3), ("fast_1.0", 3)]
+    # pass@1 = (2/3 + 2/3) / 2; its SE: sqrt(2 * (2/3 * 1/3 / 2)) / 2 (pass_at_k_variance at k = 1)
+    first = c.iloc[0]
+    assert first["value"] == pytest.approx(2 / 3) and first["se"] == pytest.approx(math.sqrt(2 / 9) / 2)
+    assert c["lo"].notna().all() and c["hi"].notna().all()
+    plain = curves(rows, ["model"], ps=(1.0,), bootstrap=False)
+    assert plain["lo"].isna().all() and plain["value"].equals(c["value"]) and plain["se"].equals(c["se"])
 
 
 # ---------------------------------------------------------------- fast_p@k

@@ -7,6 +7,7 @@ import math
 import re
 from html import escape as html_escape
 
+import pandas as pd
 import pytest
 
 from conftest import REPO
@@ -72,7 +73,16 @@ def test_the_grid_is_a_heat_map_of_best_speedup_and_share_correct_with_a_legend(
     cell = summary.grid["problem_001"]["model-c"]
     style = f"background-color:{render_html.heat(cell.best_speedup)};background-size:{cell.correct * 100:.0f}% 4px"
     assert f'style="{style}"' in html and f">{cell.text}</a>" in html  # coloured, its text kept
-    assert f"{cell.correct:.0%} of samples correct, best correct speedup {cell.best_speedup:.2f}x" in html
+    # the share is pass@1 of the per-problem table, its standard error in the tooltip; the best speedup is
+    # labelled a maximum, without an interval
+    score = summary.per_problem.set_index(["model", "problem_id"]).loc[("model-c", "problem_001")]
+    assert (cell.correct, cell.correct_se, cell.samples) == (score["pass@1"], score["pass@1_se"], 25)
+    assert 0 < cell.correct_se < 0.2
+    assert (f"{cell.correct:.0%} ± {cell.correct_se:.0%} of 25 samples correct (± standard error), best correct "
+            f"speedup {cell.best_speedup:.2f}x (the maximum of {cell.timed} correct, timed samples: "
+            "no interval)") in html
+    assert cell.timed == int(((summary.rows["model"] == "model-c") & (summary.rows["problem_id"] == "problem_001")
+                              & (summary.rows["status"] == "correct")).sum())
     assert html.count('<td class="heat"') == sum(map(len, summary.grid.values()))
     assert "0.25x or slower" in html and "4x or faster" in html and "share of samples correct" in html
 
@@ -98,3 +108,89 @@ def test_speedup_axes_are_labelled_in_powers_of_two_around_1x():
 @pytest.mark.parametrize("value, label", [(0.125, "0.125x"), (1 / 16, "1/16x"), (1.0, "1x"), (64.0, "64x")])
 def test_speedup_labels(value, label):
     assert figures.speedup_label(value) == label
+
+
+def _cells(text: str, section: str) -> list[list[str]]:
+    """The body rows of the first Markdown table of a section of report.md, as stripped cells."""
+    body = text.split(f"## {section}")[1].split("\n## ")[0]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in body.splitlines()
+            if line.startswith("| ") and not line.startswith("| ---")][1:]
+
+
+def test_every_figure_of_the_report_has_its_interval_or_says_it_has_none(tmp_path):
+    from pkb_ray.summary import render_markdown, render_wandb
+    from pkb_ray.summary.sections import NOTES, with_interval
+
+    summary = summary_of(200, tmp_path)
+    models = sorted(summary.rows["model"].unique())
+    # the curves figure: a shaded band under every line of its three panels
+    svg = figures.curves(summary)
+    for panel in ("pass", "fast_1.0", "fast_p"):
+        assert all(f'id="curves-band-{panel}-{i}"' in svg for i in range(len(models))), panel
+        assert f'id="curves-band-{panel}-{len(models)}"' not in svg
+    band = svg.split('id="curves-band-fast_p-0"')[1].split("</g>")[0]
+    assert band.count("L ") >= 2 * len(summary.thresholds["p"].unique()) - 1  # lo and hi at every p
+    # report.md's pass@k table: each point with the band the figure shades
+    md = render_markdown.page(summary, "t", "now")
+    table = {(r[0], r[1]): r for r in _cells(md, "pass@k and fast_1.0@k")}
+    c = summary.curves.set_index(["model", "metric", "k"])
+    for model in models:
+        for k, column in ((1, 2), (5, 3)):
+            metric = ("pass", "fast_1.0")[column - 2]
+            point = c.loc[(model, metric, k)]
+            assert point["lo"] < point["value"] <= point["hi"] or point["value"] == point["hi"] == 1.0
+            assert table[(model, str(k))][column] == with_interval(point["value"], point["lo"], point["hi"])
+    # the grid in report.md: each cell, then its share's standard error
+    grid = {r[0]: r for r in _cells(md, "Models x problems")}
+    cell = summary.grid["problem_001"]["model-c"]
+    i = 1 + 2 * models.index("model-c")
+    assert grid["problem_001"][i:i + 2] == [cell.text, f"±{cell.correct_se:.2f}"]
+    # best speedups: a maximum, said to have no interval where they are shown
+    assert "best speedup (max)" in md and "maximum" in NOTES["problems"] and "without an interval" in NOTES["grid"]
+    assert "no interval" in "".join(figures.sizes(pd.DataFrame([
+        {"problem": "p", "W": 2, "model": "m", "bytes": 1024, "best speedup": 1.5, "reference us": 10.0,
+         "best us": 6.7}])))
+    # W&B's summary: fast_1.0@k has its standard error for k > 1, from pass@k's estimator
+    keys = render_wandb.summary_keys(summary)
+    for model in models:
+        assert f"{model}/fast_1.0@1_lo" in keys and f"{model}/fast_1.0@1_se" not in keys
+        for k in (5, 10):
+            assert keys[f"{model}/fast_1.0@{k}_se"] == pytest.approx(_fast_se(summary.rows, model, k))
+            assert 0 < keys[f"{model}/fast_1.0@{k}_se"] < 0.2
+    assert keys["fast_1.0@5_se"] == pytest.approx(_fast_se(summary.rows, None, 5))
+
+
+def _fast_se(rows: pd.DataFrame, model: str | None, k: int) -> float:
+    """fast_1.0@k's standard error worked out from the rows: each problem's count of correct samples
+    faster than 1x, pass@k's jackknife variance of it, sqrt(sum) / P."""
+    from pkb_ray.metrics import pass_at_k_variance
+
+    rows = rows if model is None else rows[rows["model"] == model]
+    variances = []
+    for _, g in rows.groupby(["model", "problem_id"]):
+        fast = int(((g["status"] == "correct") & (g["speedup"] > 1.0)).sum())
+        variances.append(pass_at_k_variance(len(g), fast, k))
+    return math.sqrt(sum(variances)) / len(variances)
+
+
+def test_a_problem_with_exactly_k_samples_leaves_fast_p_at_k_without_a_standard_error(tmp_path):
+    from pkb_ray.summary import render_wandb
+
+    keys = render_wandb.summary_keys(summary_of(210, tmp_path))  # problem_002 has 10 samples, all of model-a's
+    assert "model-a/fast_1.0@5_se" in keys and "model-a/fast_1.0@10" in keys
+    assert "model-a/fast_1.0@10_se" not in keys and "model-a/pass@10_se" not in keys  # as pass@k's
+    assert "model-b/fast_1.0@10_se" in keys
+
+
+def test_the_grids_share_leaves_out_samples_the_hardware_could_not_run(tmp_path):
+    from pkb_ray.names import Status
+
+    rows = bench.synthetic_results(100)
+    for i in range(5):  # five of model-a's problem_000 samples refused by the hardware
+        rows[i] = rows[i].model_copy(update={"status": Status.UNSUPPORTED_HARDWARE, "speedup": None})
+    write_results(rows, tmp_path / "run" / "results")
+    summary = RunSummary.of(read_runs([tmp_path / "run"]))
+    cell = summary.grid["problem_000"]["model-a"]
+    pass1 = summary.per_problem.set_index(["model", "problem_id"]).loc[("model-a", "problem_000"), "pass@1"]
+    assert cell.samples == 20 and cell.correct == pass1 and cell.text.startswith(f"{pass1:.2f}")
+    assert 0 < pass1 < 1
