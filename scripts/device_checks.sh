@@ -20,6 +20,9 @@
 #             and the sandbox's start-up                                       -> $OUT/sandbox_sweep.json
 #   graph_bench scripts/bench_kernels.py --timing-mode both --copies: kernels and reference copies,
 #             eager and graph, 4 KiB..256 MiB (KERNELS=problem/file.py,... limits it) -> $OUT/kernels_graph.json
+#   readme    the README's GPU guide at W=1: hardware=h200_2 alone picks eval=gpu, eval=cpu beside it is
+#             refused, two runs of samples/replay/all_reduce into file:// URIs, pkb-ray compare A B
+#                                                                              -> $OUT/readme_sweep.json
 # On a 4- or 8-GPU machine (issue 10), with W=4 or W=8 (kind nvidia-h200-x4 / -x8):
 #   scale_problems   every reference at W against its oracle, float32 and bfloat16
 #   scale_bench      expert kernels vs NCCL at W, bfloat16, 4 KiB..256 MiB      -> $OUT/kernels_w$W.json
@@ -74,6 +77,20 @@ for step in $STEPS; do
                done ;;
     scale_hostile) timeout 400 python3 scripts/bench_gangs.py --device cuda --world-size "$W" --phases statuses,recovery \
                  --out "$OUT/gangs_w$W" 2>&1 | tail -30 ;;
+    readme)    # the README's GPU guide at W=1 (one GPU): hardware=h200_2 alone picks the gpu eval profile,
+               # results at a file:// URI, two runs of the same set compared (nothing may be flagged)
+               mkdir -p /tmp/w1 /tmp/ar_samples && cp -r samples/replay/all_reduce /tmp/ar_samples/
+               sed 's/world_sizes=dict(min=2)/world_sizes=dict(min=1)/' problems/all_reduce.py > /tmp/w1/all_reduce.py
+               python3 -m pkb_ray.sweep hardware=h200_2 --cfg job 2>&1 | sed -n '/^eval:/,/^[a-z_]*:$/p' | head -30
+               python3 -m pkb_ray.sweep hardware=h200_2 eval=cpu 2>&1 | tail -4; echo "mismatch rc=${PIPESTATUS[0]}"
+               for r in a b; do
+                 timeout 200 python3 -m pkb_ray.sweep problems_dir=/tmp/w1 hardware=h200_2 'hardware.world_sizes=[1]' \
+                   hardware.gpus_per_node=1 model.samples=/tmp/ar_samples wandb=disabled ray.include_dashboard=false \
+                   hydra.run.dir=/tmp/readme_$r results_dir=file:///tmp/readme_res_$r cache_dir=/tmp/pkb_cache 2>&1 | tail -30
+               done
+               python3 -m pkb_ray.cli compare file:///tmp/readme_res_a file:///tmp/readme_res_b --out /tmp/readme_cmp 2>&1 | tail -30
+               echo "compare rc=${PIPESTATUS[0]}"
+               python3 -c "import json; from pkb_ray.results import read_results; df = read_results('/tmp/readme_res_a'); print(json.dumps(df[['sample_index', 'status', 'speedup', 'timing_mode', 'isolation', 'message']].to_dict('records'), default=str))" | tee "$OUT/readme_sweep.json" ;;
     *) echo "unknown step $step" ;;
   esac 2>&1 | tee "$OUT/$step.log"
 done

@@ -79,7 +79,7 @@ def local_ray(gpus: int):
     os.environ[NOSET_CUDA] = "1"
     # metrics reach the node's Prometheus endpoint within 1 s instead of Ray's 10 (tests scrape it)
     os.environ.setdefault("RAY_metrics_report_interval_ms", "1000")
-    ray.init(num_cpus=4, num_gpus=gpus, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, num_gpus=gpus, include_dashboard=False, configure_logging=False, log_to_driver=False)
     try:
         yield
     finally:

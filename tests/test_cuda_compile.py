@@ -51,7 +51,7 @@ def test_a_broken_source_gives_the_compilers_message(tmp_path):
 @pytest.fixture(scope="module")
 def cluster():
     os.environ[NOSET_CUDA] = "1"
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
     yield
     ray.shutdown()
 

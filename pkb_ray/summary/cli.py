@@ -1,63 +1,120 @@
 """``pkb-ray report RUN [RUN ...] --out DIR``: one report over finished runs (run, results or
 multirun folders), each sample's newest result counted once; ``pkb-ray compare A B``: two runs
-side by side (:mod:`.compare`)."""
+side by side (:mod:`.compare`). Each run is a local path or a pyarrow filesystem URI (``file://``,
+``s3://``, ``gs://``, ...); one that cannot be read is named in a one-line error (exit 2)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Iterable
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.fs as pafs
 
 from pkb_ray.results import newest, read_results
-from pkb_ray.storage import Folder, is_remote, sub_uri
+from pkb_ray.storage import Folder, is_remote, local_path, sub_uri
 from pkb_ray.summary.pages import write
 from pkb_ray.summary.run import RunSummary
 
 
+class UnreadableRun(ValueError):
+    """A run named on the command line that cannot be read: ``path`` as given, ``reason`` in one line."""
+
+    def __init__(self, path: Path | str, reason: str):
+        self.path, self.reason = shown(path), reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+def shown(text: Path | str) -> str:
+    """``text`` (a path, a URI, a message) as messages show it: the credentials of any URI in it
+    (``s3://KEY:SECRET@bucket``) left out."""
+    return re.sub(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@?\s]*@", r"\1***@", str(text))
+
+
+def _one_line(exc: BaseException) -> str:
+    """What went wrong, on one line (pyarrow's S3 errors run to several)."""
+    text = shown(" ".join(str(exc).split()) or type(exc).__name__)
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
 def result_folders(paths: Iterable[Path | str]) -> list[Path | str]:
     """The results folders behind ``paths``: a results folder itself, a run folder holding
-    ``results/``, or a Hydra multirun folder holding run folders. Files among them (a shell glob
+    ``results/``, or a Hydra multirun folder holding run folders; each a local path, a ``file://``
+    URI or a remote one (``s3://bucket/prefix``, ``gs://``, ...). Files among them (a shell glob
     of a multirun folder brings ``multirun.yaml``) are not runs and are passed over."""
     found = []
     for p in paths:
-        if is_remote(p):
-            found += remote_result_folders(str(p))
-            continue
-        p = Path(p)
-        if p.is_file():
-            continue
-        if (p / "results").is_dir():
-            found.append(p / "results")
-        elif p.is_dir() and any(p.glob("model=*")):
-            found.append(p)
-        elif p.is_dir() and any((c / "results").is_dir() for c in p.iterdir() if c.is_dir()):
-            found += sorted(c / "results" for c in p.iterdir() if (c / "results").is_dir())
-        else:
-            raise FileNotFoundError(f"{p}: no results folder here (a run, results or multirun folder)")
+        try:
+            found += _folders(p)
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"{shown(p)}: {exc}") from None
     return found
+
+
+def _folders(p: Path | str) -> list[Path | str]:
+    if is_remote(p):
+        return remote_result_folders(str(p))
+    p = local_path(p)  # a path, or the folder of a file:// URI
+    if p.is_file():
+        return []
+    if not p.exists():
+        raise FileNotFoundError("no such folder")
+    if (p / "results").is_dir():
+        return [p / "results"]
+    if p.is_dir() and any(p.glob("model=*")):
+        return [p]
+    if p.is_dir() and any((c / "results").is_dir() for c in p.iterdir() if c.is_dir()):
+        return sorted(c / "results" for c in p.iterdir() if (c / "results").is_dir())
+    raise FileNotFoundError(NO_RESULTS)
+
+
+NO_RESULTS = "no results folder here (a run, results or multirun folder)"
 
 
 def remote_result_folders(uri: str) -> list[str]:
     """:func:`result_folders` of a URI (``s3://bucket/prefix``): its results, or its run folders'."""
-    tops = {tuple(f.split("/")[:3]) for f in Folder.of(uri).files(".parquet")}
+    folder = Folder.of(uri)
+    tops = {tuple(f.split("/")[:3]) for f in folder.files(".parquet")}
+    if not tops:
+        _missing(folder)
     if any(t[0].startswith("model=") for t in tops):
         return [uri]
     if any(t[:1] == ("results",) for t in tops):
         return [sub_uri(uri, "results")]
     runs = sorted({t[0] for t in tops if t[1:2] == ("results",)})
     if not runs:
-        raise FileNotFoundError(f"{uri}: no results folder here (a run, results or multirun folder)")
+        raise FileNotFoundError(NO_RESULTS)
     return [sub_uri(uri, run, "results") for run in runs]
 
 
+def _missing(folder: Folder) -> None:
+    """Raise FileNotFoundError saying which part of ``folder`` is missing, if one is."""
+    if folder.fs.get_file_info(folder.path).type != pafs.FileType.NotFound:
+        return
+    bucket = folder.path.split("/")[0]
+    if folder.fs.type_name in ("s3", "gcs", "abfs") and folder.fs.get_file_info(bucket).type == pafs.FileType.NotFound:
+        raise FileNotFoundError(f"no such bucket {bucket!r} (or it cannot be listed with these credentials)")
+    raise FileNotFoundError("no such folder (no object under this prefix)")
+
+
 def read_runs(paths: Iterable[Path | str]) -> pd.DataFrame:
-    """Result rows of one or more runs (see :func:`result_folders`), the newest per result key."""
+    """Result rows of one or more runs (see :func:`result_folders`), the newest per result key.
+    A path or URI that cannot be read (missing, no results under it, a bucket that does not exist
+    or cannot be reached, a URI pyarrow cannot open) raises :class:`UnreadableRun` naming it."""
     paths = list(paths)
-    frames = [read_results(folder) for folder in result_folders(paths)]
+    frames = []
+    for p in paths:
+        try:
+            frames += [read_results(folder) for folder in _folders(p)]
+        except (OSError, ValueError, pa.ArrowException) as exc:  # FileNotFoundError, pyarrow's IO and URI errors
+            raise UnreadableRun(p, _one_line(exc)) from None
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if df.empty:
-        raise ValueError(f"no result rows under {[str(p) for p in paths]}")
+        if len(paths) == 1:
+            raise UnreadableRun(paths[0], "no result rows")
+        raise ValueError(f"no result rows under {[shown(p) for p in paths]}")
     return newest(df)
 
 
@@ -68,13 +125,14 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="pkb-ray report", description="report.html and report.md over one or more "
                                  "runs: run folders, results folders or multirun folders")
-    ap.add_argument("runs", nargs="+", help="run, results or multirun folders (or their s3://, gs://, ... URIs)")
+    ap.add_argument("runs", nargs="+",
+                    help="run, results or multirun folders (or their file://, s3://, gs://, ... URIs)")
     ap.add_argument("--out", type=Path, default=Path("report"), help="folder for report.html and report.md")
     ap.add_argument("--title", default="pkb_ray report")
     args = ap.parse_args(argv)
     try:
         df = read_runs(args.runs)
-    except (FileNotFoundError, ValueError) as exc:
+    except ValueError as exc:  # UnreadableRun among them
         print(f"error: {exc}", file=sys.stderr)
         return 2
     page, md = write(RunSummary.of(df), args.out, args.title)
@@ -91,26 +149,28 @@ def compare_main(argv: list[str] | None = None) -> int:
     from pkb_ray.summary.compare import ALPHA, compare
 
     ap = argparse.ArgumentParser(prog="pkb-ray compare", description="B against A, per model and problem: the "
-                                 "change in pass@1, fast_1.0@1 and geomean speedup with 95 %% intervals; exits 1 "
-                                 "on a significant regression (docs/statistics.md)")
-    ap.add_argument("a", type=Path, help="the baseline: a run, results or multirun folder")
-    ap.add_argument("b", type=Path, help="the candidate, the same")
+                                 "change in pass@1, fast_1.0@1 and geomean speedup with 95 % intervals; exits 1 "
+                                 "on a significant regression, 2 on bad input (docs/statistics.md)")
+    ap.add_argument("a", help="the baseline: a run, results or multirun folder, or its file://, s3://, gs://, ... URI")
+    ap.add_argument("b", help="the candidate, the same")
     ap.add_argument("--out", type=Path, help="folder for compare.html and compare.md")
-    ap.add_argument("--alpha", type=float, default=ALPHA, help="family-wise error rate of the flags (Holm)")
+    ap.add_argument("--alpha", type=float, default=ALPHA, help="family-wise error rate of the flags (gatekeeping)")
     args = ap.parse_args(argv)
     if not 0 < args.alpha < 1:
         print(f"error: --alpha must lie in (0, 1), got {args.alpha}", file=sys.stderr)
         return 2
-    try:
-        a, b = RunSummary.of(read_runs([args.a])), RunSummary.of(read_runs([args.b]))
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    result = compare(a, b, args.alpha)
+    runs = []
+    for side, path in (("A", args.a), ("B", args.b)):
+        try:
+            runs.append(RunSummary.of(read_runs([path])))
+        except UnreadableRun as exc:
+            print(f"error: run {side} ({exc.path}): {exc.reason}", file=sys.stderr)
+            return 2
+    result = compare(*runs, alpha=args.alpha)
     print(render_compare.text(result))
     if result.table.empty:
         return 2
     if args.out:
-        page, md = render_compare.write(result, args.out, str(args.a), str(args.b))
+        page, md = render_compare.write(result, args.out, shown(args.a), shown(args.b))
         print(f"-> {page} and {md}")
     return 1 if len(result.regressions) else 0

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import html
+import textwrap
 from pathlib import Path
 
 import pandas as pd
 
-from pkb_ray.summary.compare import Comparison
+from pkb_ray.summary.compare import PAIRED, UNPAIRED, Comparison
 from pkb_ray.summary.render_html import CSS, html_table
 from pkb_ray.summary.render_markdown import markdown_table
 from pkb_ray.summary.render_text import WIDTH, fit_columns
@@ -18,9 +19,22 @@ CHANGES = ("Δ pass@1", "Δ fast_1.0@1", "speedup B/A")  # the columns the print
 
 
 def _note(c: Comparison) -> str:
-    return (f"Δ: B - A; speedup B/A: ratio of geomean speedups over problems both runs have a correct, timed sample "
-            f"of; [lo, hi]: 95 % bootstrap interval. Regressed: Holm-adjusted permutation test at alpha={c.alpha} "
-            f"and the interval below 0 (below 1 for the ratio); see docs/statistics.md.")
+    return (f"Δ: B - A; speedup B/A: ratio of geomean speedups, over the samples correct and timed in both runs "
+            f"(test paired: both runs evaluated the same sources, each sample compared with itself) or over the "
+            f"problems both runs have a correct, timed sample of (unpaired: other sources); [lo, hi]: 95 % bootstrap "
+            f"interval. Regressed: a one-sided permutation test (paired: signs flipped; unpaired: labels shuffled, "
+            f"within problems) rejected at alpha={c.alpha} by gatekeeping (the ALL rows share alpha; a model's "
+            f"per-problem rows are tested only under its rejected ALL row), and the interval below 0 (below 1 for "
+            f"the ratio); see docs/statistics.md.")
+
+
+def tests_used(c: Comparison) -> str:
+    """Which test each model's rows had, in one line."""
+    t = c.table.drop_duplicates("model")
+    return "test: " + "; ".join(f"{m} {test} ({_WHY[test]})" for m, test in zip(t["model"], t["test"]))
+
+
+_WHY = {PAIRED: "both runs evaluated the same sources", UNPAIRED: "the runs' sources differ"}
 
 
 def verdict(c: Comparison) -> str:
@@ -43,7 +57,7 @@ def text(c: Comparison) -> str:
     for side, keys in (("A", c.only_a), ("B", c.only_b)):
         if keys:
             lines.append(f"only in {side} (not compared): {len(keys)}: " + ", ".join(keys)[:WIDTH - 40])
-    return "\n".join([*lines, verdict(c)])
+    return "\n".join([*lines, *textwrap.wrap(tests_used(c), WIDTH, subsequent_indent="  "), verdict(c)])
 
 
 def _signed(x) -> str:
@@ -55,8 +69,8 @@ def _ratio(x) -> str:
 
 
 def markdown(c: Comparison, a: str, b: str) -> str:
-    parts = [f"# Comparison: {b} against {a}", "", _note(c), "", f"**{verdict(c)}**", "",
-             markdown_table(c.table)]
+    parts = [f"# Comparison: {b} against {a}", "", _note(c), "", f"**{verdict(c)}**", ""]
+    parts += [tests_used(c), "", markdown_table(c.table)] if len(c.table) else [markdown_table(c.table)]
     for side, keys in (("A", c.only_a), ("B", c.only_b)):
         if keys:
             parts += [f"Only in {side} (not compared): " + ", ".join(keys), ""]
@@ -67,9 +81,10 @@ def page(c: Comparison, a: str, b: str) -> str:
     only = "".join(f"<p class='note'>Only in {side} (not compared): {html.escape(', '.join(keys))}</p>"
                    for side, keys in (("A", c.only_a), ("B", c.only_b)) if keys)
     title = f"Comparison: {b} against {a}"
+    used = f"<p class='note'>{html.escape(tests_used(c))}</p>" if len(c.table) else ""
     return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1><p class='note'>{html.escape(_note(c))}</p>"
-            f"<p><strong>{html.escape(verdict(c))}</strong></p>{html_table(c.table)}{only}</body></html>\n")
+            f"<p><strong>{html.escape(verdict(c))}</strong></p>{used}{html_table(c.table)}{only}</body></html>\n")
 
 
 def write(c: Comparison, out_dir: Path, a: str, b: str) -> tuple[Path, Path]:
