@@ -68,9 +68,17 @@ class RankPool:
         self._fill(self.depth)
 
     def quiet(self) -> None:
-        """Wait until no prewarmed set is still starting (quiet_timing); drop any that failed to."""
+        """Wait until no prewarmed set is still starting and no retired one still dying
+        (quiet_timing); drop any that failed to start. A killed set's CUDA contexts are torn down
+        after its processes die, and that teardown slows the GPU: with prewarm=3 on one H200, the
+        next sample's timing began right after the last set's kill and 2 of 8 honest reference
+        copies were judged tampering (their reference 40-50 % slower than its quiet baseline);
+        with prewarm=0 (a set starting in between) none of 8 (docs/benchmarks/interference.md)."""
         if not self.quiet_timing:
             return
+        for thread in self.reapers:
+            thread.join(timeout=self.startup_timeout_s)
+        self.reapers[:] = [t for t in self.reapers if t.is_alive()]
         for ranks in list(self._ahead):
             if not ranks.wait_ready(self.startup_timeout_s).ok:
                 self._ahead.remove(ranks)

@@ -90,7 +90,7 @@ for step in $STEPS; do
                done
                python3 -m pkb_ray.cli compare file:///tmp/readme_res_a file:///tmp/readme_res_b --out /tmp/readme_cmp 2>&1 | tail -30
                echo "compare rc=${PIPESTATUS[0]}"
-               python3 -c "import json; from pkb_ray.results import read_results; df = read_results('/tmp/readme_res_a'); print(json.dumps(df[['sample_index', 'status', 'speedup', 'timing_mode', 'isolation', 'message']].to_dict('records'), default=str))" | tee "$OUT/readme_sweep.json" ;;
+               python3 -c "import json; from pkb_ray.results import read_results; print(json.dumps({r: read_results(f'/tmp/readme_res_{r}')[['sample_index', 'status', 'speedup', 'timing_mode', 'isolation', 'message']].sort_values('sample_index').to_dict('records') for r in 'ab'}, default=str))" | tee "$OUT/readme_sweep.json" ;;
     *) echo "unknown step $step" ;;
   esac 2>&1 | tee "$OUT/$step.log"
 done

@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from conftest import rank_processes
 from pkb_ray.names import Status
 from pkb_ray.schema import Sample
 from pkb_ray.timing import calls_per_round, median_iqr, round_order, sample_time, speedup
@@ -90,6 +91,18 @@ def test_prewarmed_sets_start_in_batches_when_timing_is_quiet(make_harness, prob
     for sets_left in ahead:
         assert h.evaluate(sample).status == Status.CORRECT
         assert _settles_at(h.work_dir, 2 * sets_left)
+
+
+def test_quiet_timing_waits_for_the_last_sets_death(make_harness):
+    # a killed set's teardown slows the device (on one H200 it made honest copies of the
+    # reference "tampering"): before a timing, the retired set is gone, its folder too
+    h = make_harness(2, prewarm=1, quiet_timing=True)
+    ranks = h.pool.take()
+    assert ranks.wait_ready(60).ok
+    h.pool.retire(ranks)
+    h.pool.quiet()
+    assert not ranks.job_dir.exists() and rank_processes(ranks.job_dir) == []
+    assert not any(t.is_alive() for t in h.pool.reapers)
 
 
 def test_fresh_inputs_are_new_every_call_but_keep_ties_zeros_and_signs():
