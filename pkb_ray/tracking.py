@@ -136,13 +136,13 @@ class Tracker:
         if self.run:
             self.run.summary.update(metrics)  # one update: a key at a time wrote ~80 records a run
 
-    def log_results(self, summary: RunSummary, report_html: str | None = None, title: str = "") -> None:
+    def log_results(self, summary: RunSummary, report: dict[str, str] | None = None, title: str = "") -> None:
         """Everything a run shows in W&B, rendered from its summary (:mod:`pkb_ray.summary.render_wandb`),
         and for an online run a W&B Report of it (:mod:`pkb_ray.summary.render_wandb_report`)."""
         if not self.run or summary.rows.empty:
             return
         self.log_summary(render_wandb.summary_keys(summary))
-        self.run.log(render_wandb.history(summary, report_html))
+        self.run.log(render_wandb.history(summary, report))
         if self.cfg.report and not self.run.offline:
             try:
                 url = render_wandb_report.publish(summary, self.run, title or self.run.name)

@@ -264,7 +264,9 @@ def test_the_printed_table_wandb_and_the_report_agree_on_every_figure(run_dir, t
 
 def test_a_large_runs_wandb_page_is_the_light_one_and_its_sources_are_in_the_samples_table(tmp_path):
     """600 samples of 3-8 KB (above the report's inline limit): W&B gets report.html without the
-    samples' blocks (before, up to 3,000 sources inline), and every source in its samples table."""
+    samples' blocks (before, up to 3,000 sources inline), each problem's blocks as a panel of its
+    own that the page names (a link to sources/ cannot resolve in W&B), and every source in its
+    samples table."""
     import importlib.util
 
     from pkb_ray.config import WandbConfig
@@ -276,14 +278,22 @@ def test_a_large_runs_wandb_page_is_the_light_one_and_its_sources_are_in_the_sam
     spec.loader.exec_module(bench)
     rows = bench.synthetic_results(600)
     write_results(rows, tmp_path / "run" / "results")
-    summary, page = publish(tmp_path / "run" / "results", tmp_path / "out", "large")
-    assert page == (tmp_path / "out" / "report.html").read_text() and "<pre class='src'>" not in page
-    assert len(list((tmp_path / "out" / "sources").glob("*.html"))) == summary.rows["problem_id"].nunique()
+    summary, panels = publish(tmp_path / "run" / "results", tmp_path / "out", "large")
+    problems = summary.rows["problem_id"].nunique()
+    on_disk = (tmp_path / "out" / "report.html").read_text()
+    assert "href='sources/" in on_disk.replace('"', "'") and "<pre class='src'>" not in on_disk
+    assert len(list((tmp_path / "out" / "sources").glob("*.html"))) == problems == len(panels) - 1
+    page = panels["report.html"]
+    assert "<pre class='src'>" not in page and "sources/" not in page.replace("report_sources/", "")
     tracker = Tracker(WandbConfig(mode="offline"), {}, tmp_path / "wb")
-    tracker.log_results(summary, page)
+    tracker.log_results(summary, panels)
     tracker.close()
     logged = next((tmp_path / "wb").rglob("report_*.html"))
     assert logged.stat().st_size < 1_000_000 and "<details id=" not in logged.read_text()
+    sources = list((tmp_path / "wb").rglob("report_sources/*.html"))
+    assert len(sources) == problems and all("<details id=" in p.read_text() for p in sources)
+    for pid in summary.rows["problem_id"].unique():
+        assert f"report_sources/{pid}" in page  # the page names each problem's panel
     samples = json.loads(next((tmp_path / "wb").rglob("samples_*.table.json")).read_text())
     column = samples["columns"].index("source")
     assert sorted(r[column] for r in samples["data"]) == sorted(r.source for r in rows)

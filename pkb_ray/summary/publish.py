@@ -19,16 +19,18 @@ REPORT_BESIDE_RESULTS = "_report"  # under a remote results_dir; readers of the 
 
 
 def publish(results_dir: Path | str, out_dir: Path, title: str,
-            run_info: dict | None = None) -> tuple[RunSummary, str | None]:
+            run_info: dict | None = None) -> tuple[RunSummary, dict[str, str] | None]:
     """The summary of ``results_dir``'s newest rows, printed and written under ``out_dir``; with the
-    report page's HTML (None when there are no rows)."""
+    report's pages as W&B shows them (:func:`.render_html.pages` with ``panels``; None when there
+    are no rows)."""
     summary = RunSummary.of(newest(read_results(results_dir)), run_info=run_info)
     print(render_text.table(summary), flush=True)
     if summary.rounds is not None:
         print(render_text.rounds(summary), flush=True)
     if not len(summary.rows):
         return summary, None
-    html_path, md_path = pages.write(summary, out_dir, title=title)
+    stamp = pages.now()
+    html_path, md_path = pages.write(summary, out_dir, title=title, stamp=stamp)
     log.info("report: %s (and %s)", html_path, md_path.name)
     if is_remote(results_dir):
         out_dir = Path(out_dir)
@@ -36,4 +38,4 @@ def publish(results_dir: Path | str, out_dir: Path, title: str,
         folder = Folder.of(results_dir)
         folder.upload(out_dir, REPORT_BESIDE_RESULTS, [str(p.relative_to(out_dir)) for p in names])
         log.info("report: %s (and report.md)", folder.where(f"{REPORT_BESIDE_RESULTS}/report.html"))
-    return summary, html_path.read_text()
+    return summary, render_html.pages(summary, title, stamp, panels=True)

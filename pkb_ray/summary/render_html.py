@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import math
 import re
+from pathlib import Path
 from typing import Callable
 
 import pandas as pd
@@ -31,17 +32,21 @@ Href = Callable[[str], str]  # a sample's anchor -> the link that opens its bloc
 
 
 def pages(summary: RunSummary, title: str, stamp: str, inline_samples: int = INLINE_SAMPLES,
-          inline_bytes: int = INLINE_TEXT_BYTES) -> dict[str, str]:
+          inline_bytes: int = INLINE_TEXT_BYTES, panels: bool = False) -> dict[str, str]:
     """Every file of the report, by path relative to its folder: ``report.html``, and for a large
-    run one ``sources/<problem>.html`` per problem; ``stamp`` says when it was made."""
+    run one ``sources/<problem>.html`` per problem; ``stamp`` says when it was made.
+
+    ``panels``: the pages as W&B shows them, each its own media panel (``report`` and
+    ``report_sources/<problem>``: :data:`WANDB_SOURCES`), where a link to another page cannot
+    resolve: a large run's page then names the panel instead of linking to it."""
     rows = summary.rows
     text = int(rows["source"].fillna("").str.len().sum() + rows["message"].fillna("").str.len().sum())
     if len(rows) <= inline_samples and text <= inline_bytes:
         return {"report.html": page(summary, title, stamp, lambda a: f"#{a}", sample_blocks(rows))}
     files = {pid: f"{SOURCES}/{re.sub(r'[^A-Za-z0-9_.-]', '_', pid)}.html" for pid in rows["problem_id"].unique()}
     where = {sample_anchor(r): files[r["problem_id"]] for r in rows.to_dict("records")}
-    out = {"report.html": page(summary, title, stamp, lambda a: f"{where.get(a, '')}#{a}",
-                               source_index(rows, files))}
+    href = (lambda a: "") if panels else (lambda a: f"{where.get(a, '')}#{a}")
+    out = {"report.html": page(summary, title, stamp, href, source_index(rows, files, panels))}
     for pid, g in rows.groupby("problem_id", sort=True):
         out[files[pid]] = _document(f"{title}: {pid}", f"{len(g)} results of {pid}; generated {stamp}",
                                     "<p><a href='../report.html'>the report</a></p>" + sample_blocks(g))
@@ -115,8 +120,8 @@ def grid_html(summary: RunSummary, href: Href | None = None) -> str:
             what = f"{m} on {pid}: {grid_share(cell)}" + (
                 f", best correct speedup {cell.best_speedup:.2f}x (the maximum of {cell.timed} correct, timed "
                 "samples: no interval)" if cell.anchor else ", none correct and timed")
-            text = (f'<a href="{html.escape(href(cell.anchor))}">{html.escape(cell.text)}</a>' if cell.anchor
-                    else html.escape(cell.text))
+            link = href(cell.anchor) if cell.anchor else ""
+            text = f'<a href="{html.escape(link)}">{html.escape(cell.text)}</a>' if link else html.escape(cell.text)
             cells.append(f'<td class="heat" style="{_heat_style(cell)}" title="{html.escape(what)}">{text}</td>')
         rows.append(f"<tr><td>{html.escape(pid)}</td>{''.join(cells)}</tr>")
     return (f"<table class='grid'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
@@ -145,8 +150,9 @@ LINKS = ("best sample",)  # columns holding the anchor of a sample's block: show
 
 
 def _cell(column: str, value, href: Href) -> str:
-    if column in LINKS:
-        return f'<a href="{html.escape(href(str(value)))}">open</a>' if value else ""
+    if column in LINKS:  # an empty link (a W&B panel of its own): the anchor as text
+        link = href(str(value)) if value else ""
+        return f'<a href="{html.escape(link)}">open</a>' if link else html.escape(str(value or ""))
     if isinstance(value, str) and value.startswith(("https://", "http://")) and " " not in value:
         return f'<a href="{html.escape(value)}">{html.escape(value)}</a>'  # e.g. the W&B run
     return html.escape(fmt(value))
@@ -213,16 +219,32 @@ def sample_blocks(df: pd.DataFrame) -> str:
     return "".join(out)
 
 
-def source_index(rows: pd.DataFrame, files: dict[str, str]) -> str:
-    """A large run's samples section: one row per problem linking to the page of its samples' blocks."""
+WANDB_SOURCES = "report_sources"  # W&B's key prefix of a large run's per-problem pages
+
+
+def wandb_panel(path: str) -> str:
+    """The W&B key of a page of :func:`pages`: ``report``, or ``report_sources/<problem>``."""
+    return "report" if path == "report.html" else f"{WANDB_SOURCES}/{Path(path).stem}"
+
+
+def source_index(rows: pd.DataFrame, files: dict[str, str], panels: bool = False) -> str:
+    """A large run's samples section: one row per problem linking to the page of its samples'
+    blocks (``panels``: naming the W&B panel that shows it)."""
     table = (rows.assign(correct=rows["status"] == Status.CORRECT.value).groupby("problem_id", sort=True)
              .agg(models=("model", "nunique"), results=("status", "size"), correct=("correct", "sum")))
     body = "".join(f"<tr><td>{html.escape(pid)}</td><td>{r.models}</td><td>{r.results}</td><td>{r.correct}</td>"
-                   f'<td><a href="{html.escape(files[pid])}">{html.escape(files[pid])}</a></td></tr>'
-                   for pid, r in table.iterrows())
-    return (f"<p class='note'>{len(rows)} results: each problem's blocks are on a page of their own beside this "
-            f"report (W&B's samples table holds the same sources).</p><table><thead><tr><th>problem</th>"
+                   f"<td>{_page_cell(files[pid], panels)}</td></tr>" for pid, r in table.iterrows())
+    where = ("in a W&B panel of its own (the panel named here)" if panels else "on a page of its own beside this "
+             "report")
+    return (f"<p class='note'>{len(rows)} results: each problem's blocks are {where} (W&B's samples table holds "
+            f"the same sources).</p><table><thead><tr><th>problem</th>"
             f"<th>models</th><th>results</th><th>correct</th><th>page</th></tr></thead><tbody>{body}</tbody></table>")
+
+
+def _page_cell(path: str, panels: bool) -> str:
+    if panels:
+        return f"<code>{html.escape(wandb_panel(path))}</code>"
+    return f'<a href="{html.escape(path)}">{html.escape(path)}</a>'
 
 
 RANK_COLUMNS = {"ref_median_us": "reference us (median)", "ref_iqr_us": "reference IQR",

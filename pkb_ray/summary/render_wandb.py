@@ -12,8 +12,9 @@
   when the run has them ``size_sweeps``, ``across_nodes`` and ``rounds``;
 - plots: ``pass@k`` and ``fast_1.0@k`` lines, status counts as bars, the histogram of log2 speedup
   of correct samples, best speedup against message bytes (size sweeps), pass@1 per round;
-- ``report``: the HTML page as report.html has it: a large run's without the samples' blocks
-  (:mod:`.render_html` puts them in ``sources/``), whose sources are the ``samples`` table's.
+- ``report``: the HTML page as report.html has it; a large run's without the samples' blocks,
+  which are the panels ``report_sources/<problem>`` (one per problem, as ``sources/`` beside
+  report.html), named on the page where report.html links (a W&B panel cannot link to another).
 
 wandb is imported here only, when a run is logged (:class:`pkb_ray.tracking.Tracker`).
 """
@@ -25,6 +26,7 @@ from typing import Any
 
 import pandas as pd
 
+from pkb_ray.summary import render_html
 from pkb_ray.summary.run import RunSummary
 
 SAMPLE_COLUMNS = ["problem_id", "category", "model", "sample_index", "backend", "world_size", "size",
@@ -46,8 +48,9 @@ def summary_keys(summary: RunSummary) -> dict[str, Any]:
     return out
 
 
-def history(summary: RunSummary, report_html: str | None = None) -> dict[str, Any]:
-    """The tables, plots and page, as one ``run.log`` of W&B objects."""
+def history(summary: RunSummary, report: dict[str, str] | None = None) -> dict[str, Any]:
+    """The tables, plots and pages (``report``: :func:`.render_html.pages` with ``panels``, each
+    page a panel of its own), as one ``run.log`` of W&B objects."""
     import wandb
 
     df = summary.rows
@@ -79,8 +82,8 @@ def history(summary: RunSummary, report_html: str | None = None) -> dict[str, An
         logged["rounds"] = rounds
         logged["rounds_plot"] = wandb.plot.line(rounds, "round", "pass@1", stroke="model",
                                                 title="pass@1 after each refinement round")
-    if report_html:
-        logged["report"] = wandb.Html(report_html, inject=False)
+    for path, text in (report or {}).items():
+        logged[render_html.wandb_panel(path)] = wandb.Html(text, inject=False)
     return logged
 
 
