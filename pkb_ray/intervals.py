@@ -1,6 +1,9 @@
 """Bootstrap confidence intervals of the scores of :mod:`pkb_ray.metrics` (fast_p@1, geomean and
-median speedup, median fraction of speed of light, and the bands of the pass@k and fast_p@k curves).
-Pure numpy and seeded: the same rows always give the same intervals.
+median speedup, median fraction of speed of light, the share of correct samples faster than the
+reference, and the bands of the pass@k and fast_p@k curves), and of the report's measured times
+(:func:`measured_median`, :func:`ratio_of_medians`: a reference's median time over the samples it was
+measured beside, and the ratio of two such medians). Pure numpy and seeded: the same rows always
+give the same intervals.
 
 The resampling: each problem's samples are drawn with replacement, as many as it has, from its
 own samples; the problems are held fixed (the benchmark is the benchmark: what varies is which
@@ -70,6 +73,14 @@ def shares_above(r: Resamples, values: np.ndarray, thresholds: Sequence[float]) 
     return np.cumsum(per_bin[:, ::-1], axis=1)[:, ::-1][:, 1:]  # share above p_i: the bins past i
 
 
+def pooled_share(r: Resamples, success: np.ndarray, counted: np.ndarray) -> np.ndarray:
+    """Per draw: the drawn successes over the drawn ``counted`` samples, pooled over problems (the
+    share of correct, timed samples faster than the reference); NaN where a draw counts none."""
+    hits = (np.asarray(success, dtype=bool) & np.asarray(counted, dtype=bool))[r.index].sum(axis=1)
+    total = np.asarray(counted, dtype=bool)[r.index].sum(axis=1)
+    return np.where(total > 0, hits / np.maximum(total, 1), np.nan)
+
+
 def counts(r: Resamples, success: np.ndarray) -> np.ndarray:
     """Per draw and problem: how many of the problem's drawn samples are successes, (draws, problems)
     integers (what :func:`pkb_ray.metrics.pass_at_k` takes as c, each problem's n being ``r.sizes[i]``)."""
@@ -115,3 +126,29 @@ def interval(draws: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
         return float("nan"), float("nan")
     lo, hi = np.percentile(d, [50 * (1 - level), 50 * (1 + level)])
     return float(lo), float(hi)
+
+
+MIN_MEASUREMENTS = 2  # a median of fewer measurements has no spread to resample: no interval
+
+
+def measured_median(values, seed: int = SEED, level: float = LEVEL) -> tuple[float, float]:
+    """The percentile interval of the median of positive measurements (NaN/None dropped), the
+    measurements drawn with replacement :data:`RESAMPLES` times; (NaN, NaN) with fewer than
+    :data:`MIN_MEASUREMENTS` of them."""
+    v = _positive(values)
+    v = v[np.isfinite(v)]
+    if v.size < MIN_MEASUREMENTS:
+        return float("nan"), float("nan")
+    return interval(median(resample([v.size], seed=seed), v), level)
+
+
+def ratio_of_medians(numerator, denominator, level: float = LEVEL) -> tuple[float, float]:
+    """The percentile interval of median(numerator) / median(denominator), two independent sets of
+    positive measurements each drawn with replacement (seeds 0 and 1); (NaN, NaN) when either has
+    fewer than :data:`MIN_MEASUREMENTS`."""
+    top, bottom = (_positive(x) for x in (numerator, denominator))
+    top, bottom = top[np.isfinite(top)], bottom[np.isfinite(bottom)]
+    if min(top.size, bottom.size) < MIN_MEASUREMENTS:
+        return float("nan"), float("nan")
+    draws = median(resample([top.size], seed=SEED), top) / median(resample([bottom.size], seed=SEED + 1), bottom)
+    return interval(draws, level)

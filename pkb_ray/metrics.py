@@ -35,7 +35,11 @@ row per group. Its columns, after the ``by`` columns:
     NaN when there is none.
 ``median_sol_fraction``
     median fraction of speed of light over the correct samples of the group, pooled, same rule.
-``geomean_speedup_lo``, ``_hi`` (and ``median_speedup_*``, ``median_sol_fraction_*``)
+``faster_share``
+    the share of the group's correct, timed samples (positive speedup) faster than the reference
+    (speedup > 1), pooled like the speedups; NaN when there is none. Unlike fast_1.0@1 it counts
+    correct samples only, so it says how often a kernel that works is faster.
+``geomean_speedup_lo``, ``_hi`` (and ``median_speedup_*``, ``median_sol_fraction_*``, ``faster_share_*``)
     their 95 % bootstrap intervals, as for fast_p.
 ``n_{status}``
     one count per :class:`Status`, in the enum's order, zeros included
@@ -178,6 +182,7 @@ def _group_row(g: pd.DataFrame, ks: Sequence[int], ps: Sequence[float]) -> dict[
         "geomean_speedup": _nan(geomean(ok["speedup"])),
         "median_speedup": _nan(median_speedup(ok["speedup"])),
         "median_sol_fraction": _nan(median_sol_fraction(ok["sol_fraction"])),
+        "faster_share": _faster_share(ok["speedup"]),
     }
     bounds = _bootstrap(pd.concat(by_problem) if by_problem else runnable, [len(pg) for pg in by_problem], ps)
     return {
@@ -204,7 +209,14 @@ def _bootstrap(samples: pd.DataFrame, sizes: list[int], ps: Sequence[float]) -> 
     draws["geomean_speedup"] = np.exp(intervals.log_geomean(r, speedup))
     draws["median_speedup"] = intervals.median(r, speedup)
     draws["median_sol_fraction"] = intervals.median(r, sol)
+    draws["faster_share"] = intervals.pooled_share(r, speedup > 1, speedup > 0)  # NaN > 0: False
     return {name: list(zip((f"{name}_lo", f"{name}_hi"), intervals.interval(d))) for name, d in draws.items()}
+
+
+def _faster_share(correct_speedups: Iterable[float | None]) -> float:
+    """The share of the positive speedups of correct samples above 1; NaN when there is none."""
+    vals = _positive(correct_speedups)
+    return sum(v > 1 for v in vals) / len(vals) if vals else math.nan
 
 
 def summary_columns(
@@ -218,7 +230,8 @@ def summary_columns(
         + [f"{pass_col(k)}_se" for k in ks]
         + [f"{pass_col(k)}_problems" for k in ks]
         + [c for p in ps for c in bounded(fast_col(p))]
-        + [c for name in ("geomean_speedup", "median_speedup", "median_sol_fraction") for c in bounded(name)]
+        + [c for name in ("geomean_speedup", "median_speedup", "median_sol_fraction", "faster_share")
+           for c in bounded(name)]
         + [f"n_{s.value}" for s in Status]
     )
 

@@ -141,8 +141,9 @@ def test_spread_results_get_their_own_section_and_do_not_count_as_more_samples(t
     page, md = write(df, tmp_path / "out")
     text = md.read_text()
     assert "## Across nodes" in text and 'id="nodes"' in page.read_text()
-    # the reference is 2.5x slower across nodes; the best correct speedup is 2 on both
-    assert "| strong | all_reduce | 2x1 | 40 | 100 | 2.5 | 2 | 2 |" in text
+    # the reference is 2.5x slower across nodes; the best correct speedup is 2 on both; four equal
+    # measurements a side: zero-width intervals
+    assert "| strong | all_reduce | 2x1 | 40 [40, 40] | 100 [100, 100] | 2.5 [2.5, 2.5] | 2 | 2 |" in text
     # the leaderboard still counts 4 samples of strong/all_reduce (pass@1 unchanged)
     board = text.split("## Leaderboard")[1].split("##")[0]
     assert "| 0.583±0.16 |" in board
@@ -155,8 +156,10 @@ def test_spread_results_get_their_own_section_and_do_not_count_as_more_samples(t
     tracker.close()
     logged = next((tmp_path / "wb").rglob("across_nodes_*.table.json"))
     table = json.loads(logged.read_text())
-    assert table["columns"][:3] == ["model", "problem", "layout"] and table["data"][0][:5] == [
-        "strong", "all_reduce", "2x1", 40.0, 100.0]
+    logged_row = dict(zip(table["columns"], table["data"][0]))
+    assert table["columns"][:3] == ["model", "problem", "layout"] and [logged_row[c] for c in (
+        "model", "problem", "layout", "ref one node (us)", "ref across nodes (us)", "across / one node",
+        "across / one node_lo", "across / one node_hi")] == ["strong", "all_reduce", "2x1", 40.0, 100.0, 2.5, 2.5, 2.5]
 
 
 def test_wandb_gets_the_runs_scores_and_each_models(run_dir, tmp_path):

@@ -164,19 +164,23 @@ def human_bytes(n: float) -> str:
 
 
 def _times(ax, g: pd.DataFrame) -> None:
-    """Reference (dashed) and best sample (solid) times, per timing mode where the rows have both."""
+    """Reference (dashed, its 95 % interval over the measurements shaded where it has one) and best
+    sample (solid) times, per timing mode where the rows have both."""
     modes = [m for m in MODES if f"{m} reference us" in g and g[f"{m} reference us"].notna().any()]
     series = [(f"{m} ", f"{m} reference us", f"{m} best us") for m in modes] or [("", "reference us", "best us")]
     ref = g.groupby("bytes").first().reset_index()
     for label, ref_col, _ in series:
-        ax.plot(ref["bytes"], ref[ref_col], linestyle="--", marker=".", label=f"{label}reference")
+        line = ax.plot(ref["bytes"], ref[ref_col], linestyle="--", marker=".", label=f"{label}reference")[0]
+        if f"{ref_col}_lo" in ref and f"{ref_col}_hi" in ref:
+            ax.fill_between(ref["bytes"], ref[f"{ref_col}_lo"], ref[f"{ref_col}_hi"], color=line.get_color(),
+                            alpha=0.18, linewidth=0)
     for model, m in g.groupby("model", sort=True):
         m = m.sort_values("bytes")
         for label, _, best_col in series:
             ax.plot(m["bytes"], m[best_col], marker="o", markersize=3, label=f"{label}{model}")
     ax.set_yscale("log")
     ax.set_ylabel("microseconds per call")
-    ax.set_title("time: reference and best sample", fontsize=9)
+    ax.set_title("time: reference (shaded: 95 %) and best sample (a maximum's: no interval)", fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
 
 

@@ -11,7 +11,8 @@
   point with its ``se`` and 95 % band ``lo``/``hi``), ``fast_p`` (fast_p@1 against p, with its band), and
   when the run has them ``size_sweeps``, ``across_nodes`` and ``rounds``;
 - plots: ``pass@k`` and ``fast_1.0@k`` lines, status counts as bars, the histogram of log2 speedup
-  of correct samples, best speedup against message bytes (size sweeps), pass@1 per round;
+  of correct samples, best speedup against message bytes (size sweeps), pass@1 per round (W&B's line
+  plots draw no bands: each title names the table column holding its interval, or says why none);
 - ``report``: the HTML page as report.html has it; a large run's without the samples' blocks,
   which are the panels ``report_sources/<problem>`` (one per problem, as ``sources/`` beside
   report.html), named on the page where report.html links (a W&B panel cannot link to another).
@@ -60,13 +61,13 @@ def history(summary: RunSummary, report: dict[str, str] | None = None) -> dict[s
     logged: dict[str, Any] = {name: _table(t) for name, t in tables.items()}
     curve = summary.curves
     lines = wandb.Table(dataframe=curve.assign(line=curve["model"] + " " + curve["metric"]))
-    logged["pass_at_k_plot"] = wandb.plot.line(lines, "k", "value", stroke="line", title="pass@k and fast_1.0@k")
+    logged["pass_at_k_plot"] = wandb.plot.line(lines, "k", "value", stroke="line", title="pass@k and fast_1.0@k (95 % bands: lo, hi of the pass_at_k table)")
     counts = pd.DataFrame(list(summary.statuses.items()), columns=["status", "samples"])
-    logged["status_plot"] = wandb.plot.bar(_table(counts), "status", "samples", title="samples by status")
+    logged["status_plot"] = wandb.plot.bar(_table(counts), "status", "samples", title="samples by status (counts: exact)")
     if summary.correct_speedups:
         hist = pd.DataFrame({"log2_speedup": [math.log2(s) for s in summary.correct_speedups]})
         logged["speedup_plot"] = wandb.plot.histogram(_table(hist), "log2_speedup",
-                                                      title="log2 speedup of correct samples")
+                                                      title="log2 speedup of correct samples (their spread)")
     if summary.sizes is not None:
         sweep = summary.sizes
         line = sweep["model"] + " " + sweep["problem"] + " W=" + sweep["W"].astype(str)
@@ -81,7 +82,7 @@ def history(summary: RunSummary, report: dict[str, str] | None = None) -> dict[s
         rounds = _table(summary.rounds)
         logged["rounds"] = rounds
         logged["rounds_plot"] = wandb.plot.line(rounds, "round", "pass@1", stroke="model",
-                                                title="pass@1 after each refinement round")
+                                                title="pass@1 after each refinement round (standard error: pass@1_se of the rounds table)")
     for path, text in (report or {}).items():
         logged[render_html.wandb_panel(path)] = wandb.Html(text, inject=False)
     return logged

@@ -41,8 +41,8 @@ def build(summary: RunSummary, entity: str, project: str, run_id: str, title: st
                            panels=list(panels))
 
     blocks: list[Any] = [wr.H1(title), wr.P(summary.timing),
-                         over_run(*(wr.BarPlot(title=m, metrics=[m]) for m in HEADLINE_METRICS
-                                    if m in summary.scalars))]
+                         over_run(*(wr.BarPlot(title=headline(summary.scalars, m), metrics=[m])
+                                    for m in HEADLINE_METRICS if m in summary.scalars))]
     frames = _frames(summary)
     headings = {**sections.SECTIONS, **{k: v for k, v in sections.OPTIONAL.items() if k in frames}}
     for key, heading in headings.items():
@@ -54,6 +54,18 @@ def build(summary: RunSummary, entity: str, project: str, run_id: str, title: st
             blocks.append(over_run(wr.WeavePanelSummaryTable(table_name=SECTION_TABLES[key])))
     return wr.Report(entity=entity, project=project, title=title, description=f"pkb_ray run {run_id}",
                      blocks=blocks)
+
+
+def headline(scalars: dict[str, Any], metric: str) -> str:
+    """A headline bar's title: the metric with its figure and standard error or 95 % interval
+    (``pass@1 0.583±0.16``, ``fast_1.0@1 0.25 [0.0833, 0.5]``: a bar panel draws no error bar)."""
+    value = scalars[metric]
+    if f"{metric}_se" in scalars:
+        return f"{metric} {sections.with_se(value, scalars[f'{metric}_se'])} (± standard error)"
+    if f"{metric}_lo" in scalars and f"{metric}_hi" in scalars:
+        shown = sections.with_interval(value, scalars[f"{metric}_lo"], scalars[f"{metric}_hi"])
+        return f"{metric} {shown} (95 % interval)"
+    return f"{metric} {sections.fmt(value)}"
 
 
 def publish(summary: RunSummary, run: Any, title: str) -> str:

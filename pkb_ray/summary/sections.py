@@ -24,17 +24,25 @@ NOTES = {
                  "samples any problem of the model has, so every point averages the same problems. Right: "
                  "fast_p@1 against the threshold p. Shaded and [lo, hi]: 95 % bootstrap band (samples resampled "
                  "within problems, docs/statistics.md).",
-    "speedups": "Reference time / candidate time, correct samples only; each box is one category and model.",
+    "speedups": "Reference time / candidate time, correct samples only; each box is one category and model (the "
+                "samples' spread: quartiles and whiskers). The table: their geometric mean and the share of them "
+                "faster than the reference, each with its 95 % bootstrap interval (samples resampled within "
+                "problems, docs/statistics.md).",
     "failures": "Status of every sample: invalid and compile errors come before any GPU work; timeout and crash "
                 "are hangs and dead ranks; wrong_output ran but disagreed with the reference; tampering was caught "
-                "changing the evaluator or forging its times.",
+                "changing the evaluator or forging its times. Counts of this run's samples, exact: no interval.",
     "problems": "Best speedup among the model's correct samples of the problem (their maximum: an extreme, shown "
                 "without an interval, docs/statistics.md), and that sample's fraction of "
                 "the speed-of-light time (1.0 = at the hardware bound; 'estimate (traced)': a problem with no "
-                "bound of its own, bounded by what one traced reference call moves and computes).",
+                "bound of its own, bounded by what one traced reference call moves and computes) and time: "
+                "that one sample's figures, without an interval like the maximum (best IQR: the spread of its "
+                "calls, on its most spread rank). Reference us: the median of the reference's times, measured beside "
+                "every sample, with its 95 % bootstrap interval over those measurements (none from one).",
     "nodes": "The same samples on gangs spread over nodes (hardware.spread), beside the same world size inside one "
              "node: the reference's median time in each (measured beside every sample), how much slower it is "
-             "across nodes, and the model's best speedup over each reference (a maximum: no interval).",
+             "across nodes, and the model's best speedup over each reference (a maximum: no interval). The times "
+             "and their ratio have a 95 % bootstrap interval over the reference's measurements (each side drawn "
+             "on its own); from fewer than two measurements on a side, none: one time has no spread to resample.",
     "verdicts": _SECOND.note if _SECOND else "",
     "grid": "Each cell: the share of the model's samples of the problem that are correct (pass@1; its standard "
             "error in the cell's tooltip and, in report.md, beside it), and the best correct speedup (a link to that "
@@ -43,7 +51,8 @@ NOTES = {
                "interquartile range (microseconds, reference and sample), and its source.",
     "run": "The hardware, the versions the results were measured with, the configuration and the W&B run.",
     "sizes": "Problems evaluated at several sizes (eval.sizes): per size, the bytes of one call's inputs on a "
-             "rank, the reference's median time and the model's best correct sample (eager calls and graph "
+             "rank, the reference's median time (with its 95 % bootstrap interval over the samples' measurements, "
+             "none from one) and the model's best correct sample, its time and speedup (eager calls and graph "
              "replays each, where both were timed; a maximum, without an interval). A model's crossover, the size "
              "from which its best sample stops beating the reference, is where its speedup line crosses the "
              "dashed line.",

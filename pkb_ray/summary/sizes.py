@@ -15,10 +15,13 @@ import math
 import pandas as pd
 
 from pkb_ray.names import Status, TimingMode
+from pkb_ray.summary.tables import measured
 
 MODES = (TimingMode.EAGER, TimingMode.GRAPH)
-COLUMNS = ["problem", "W", "model", "size", "bytes", "timing", "reference us", "best us", "best speedup",
-           "beats reference", *(f"{m} {what}" for m in MODES for what in ("reference us", "best us"))]
+BOUNDS = ("", "_lo", "_hi")  # a reference's median time and its 95 % interval over the samples' measurements
+COLUMNS = ["problem", "W", "model", "size", "bytes", "timing", *(f"reference us{e}" for e in BOUNDS), "best us",
+           "best speedup", "beats reference",
+           *(f"{m} {what}" for m in MODES for what in (*(f"reference us{e}" for e in BOUNDS), "best us"))]
 
 
 def swept(df: pd.DataFrame) -> pd.DataFrame:
@@ -42,13 +45,13 @@ def table(df: pd.DataFrame) -> pd.DataFrame | None:
         best = ok.loc[ok["speedup"].idxmax()] if len(ok) else None
         row = {"problem": pid, "W": int(w), "model": model, "size": size, "bytes": int(g["message_bytes"].max()),
                "timing": best["timing_mode"] if best is not None and best.get("timing_mode") else "",
-               "reference us": g["ref_time_us"].median(),
+               **measured("reference us", g["ref_time_us"]),
                "best us": best["cand_time_us"] if best is not None else math.nan,
                "best speedup": best["speedup"] if best is not None else math.nan,
                "beats reference": "yes" if best is not None and best["speedup"] > 1 else "no"}
         for mode in MODES:
             ref_col, cand_col = f"{mode}_ref_time_us", f"{mode}_cand_time_us"
-            row[f"{mode} reference us"] = g[ref_col].median() if ref_col in g else math.nan
+            row.update(measured(f"{mode} reference us", g[ref_col] if ref_col in g else []))
             row[f"{mode} best us"] = ok[cand_col].min() if cand_col in ok and ok[cand_col].notna().any() else math.nan
         rows.append(row)
     out = pd.DataFrame(rows, columns=COLUMNS).sort_values(["problem", "W", "model", "bytes"]).reset_index(drop=True)

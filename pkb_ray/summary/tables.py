@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from pkb_ray import formats
+from pkb_ray import formats, intervals
 from pkb_ray.metrics import fast_col, pass_col
 from pkb_ray.names import Status
 from pkb_ray.results import RESULT_KEY
@@ -74,12 +74,13 @@ def problems(rows: pd.DataFrame, per_problem: pd.DataFrame) -> pd.DataFrame:
                     "SOL fraction of best": best["sol_fraction"] if best is not None else math.nan,
                     "SOL": {"traced": "estimate (traced)"}.get(best.get("sol_source", ""), "")
                     if best is not None else "",
-                    "reference us": g["ref_time_us"].median() if "ref_time_us" in g else math.nan,
+                    **measured("reference us", g["ref_time_us"] if "ref_time_us" in g else []),
                     "best us": best["cand_time_us"] if best is not None and "cand_time_us" in best else math.nan,
                     "best IQR us": _spread(best, "cand_iqr_us") if best is not None else math.nan,
                     "best sample": sample_anchor(best) if best is not None else ""})
     return pd.DataFrame(out, columns=["problem", "category", "model", "samples", "pass@1", "pass@1_se", BEST,
-                                      "SOL fraction of best", "SOL", "reference us", "best us", "best IQR us",
+                                      "SOL fraction of best", "SOL", "reference us", "reference us_lo",
+                                      "reference us_hi", "best us", "best IQR us",
                                       "best sample"])
 
 
@@ -143,24 +144,29 @@ def curve_table(curves: pd.DataFrame) -> pd.DataFrame:
 
 
 def category_speedups(rows: pd.DataFrame, per_category: pd.DataFrame) -> pd.DataFrame:
-    """Per category and model with correct samples: how many, their geometric-mean speedup (with its
-    interval), and the share faster than the reference."""
+    """Per category and model with correct samples: how many, their geometric-mean speedup and the
+    share of them faster than the reference, each with its 95 % interval (``per_category``'s
+    ``geomean_speedup`` and ``faster_share``)."""
     ok = rows[(rows["status"] == CORRECT) & (rows["speedup"] > 0)]
-    columns = ["category", "model", "correct", "geomean speedup", "geomean speedup_lo", "geomean speedup_hi",
-               "faster than reference"]
+    shown = {"geomean speedup": "geomean_speedup", "faster than reference": "faster_share"}
+    columns = ["category", "model", "correct", *(f"{c}{end}" for c in shown for end in ("", "_lo", "_hi"))]
     if ok.empty:
         return pd.DataFrame(columns=columns)
     g = ok.groupby(["category", "model"])["speedup"]
     scores = per_category.set_index(["category", "model"])
-    out = pd.DataFrame({"correct": g.size(), "faster than reference": g.apply(lambda s: (s > 1).mean())})
-    for end in ("", "_lo", "_hi"):
-        out[f"geomean speedup{end}"] = scores[f"geomean_speedup{end}"].reindex(out.index)
+    out = pd.DataFrame({"correct": g.size()})
+    for name, column in shown.items():
+        for end in ("", "_lo", "_hi"):
+            out[f"{name}{end}"] = scores[f"{column}{end}"].reindex(out.index)
     return out.reset_index()[columns]
 
 
 def across_nodes(scored: pd.DataFrame) -> pd.DataFrame | None:
-    """Per model, problem and spread layout: the reference inside one node and across nodes, and the
-    best correct speedup over each (None when no gang spanned nodes). ``scored``: every node's rows."""
+    """Per model, problem and spread layout: the reference's median time inside one node and across
+    nodes and their ratio, each with its 95 % interval over the measurements (the reference is timed
+    beside every sample: :func:`pkb_ray.intervals.measured_median`, :func:`~pkb_ray.intervals.ratio_of_medians`;
+    none from fewer than two), and the best correct speedup over each, a maximum (None when no gang
+    spanned nodes). ``scored``: every node's rows."""
     nodes = scored["nodes"].fillna(1).astype(int) if "nodes" in scored else pd.Series(1, index=scored.index)
     spread, one = scored[nodes > 1], scored[nodes == 1]
     if spread.empty:
@@ -170,10 +176,13 @@ def across_nodes(scored: pd.DataFrame) -> pd.DataFrame | None:
             ["model", "problem_id", "world_size", "nodes"], sort=True):
         inside = one[(one["problem_id"] == pid) & (one["world_size"] == w)]
         ref_one, ref_spread = inside["ref_time_us"].median(), g["ref_time_us"].median()
+        ratio = ref_spread / ref_one if pd.notna(ref_one) and ref_one > 0 else math.nan
+        lo, hi = intervals.ratio_of_medians(g["ref_time_us"], inside["ref_time_us"])
         out.append({
             "model": model, "problem": pid, "layout": f"{n}x{w // n}",
-            "ref one node (us)": ref_one, "ref across nodes (us)": ref_spread,
-            "across / one node": ref_spread / ref_one if pd.notna(ref_one) and ref_one > 0 else None,
+            **measured("ref one node (us)", inside["ref_time_us"]),
+            **measured("ref across nodes (us)", g["ref_time_us"]),
+            "across / one node": ratio, "across / one node_lo": lo, "across / one node_hi": hi,
             "best speedup, one node": inside.loc[(inside["status"] == CORRECT) & (inside["model"] == model),
                                                  "speedup"].max(),
             "best speedup, across nodes": g.loc[g["status"] == CORRECT, "speedup"].max(),
@@ -224,6 +233,15 @@ def sample_anchor(row) -> str:
     (sample keys hold '/' and share long prefixes, so no part of one makes a safe, unique id)."""
     key = "\x1f".join(str(row.get(k, "")) for k in RESULT_KEY)
     return "s-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def measured(shown: str, times) -> dict[str, float]:
+    """The median of measured times as the column ``shown``, with its 95 % interval over the
+    measurements (``_lo``, ``_hi``: :func:`pkb_ray.intervals.measured_median`, NaN from fewer than
+    two), as :func:`with_bounds` names them."""
+    times = pd.Series(times, dtype=float)
+    lo, hi = intervals.measured_median(times)
+    return {shown: times.median(), f"{shown}_lo": lo, f"{shown}_hi": hi}
 
 
 def _best(g: pd.DataFrame):

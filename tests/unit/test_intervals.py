@@ -188,3 +188,36 @@ def test_a_model_the_hardware_refused_entirely_has_no_figures_and_breaks_nothing
     assert s["problems"] == 0 and s["n_unsupported_hardware"] == 3
     assert all(math.isnan(s[c]) for c in ("pass@1", "median_speedup", "median_speedup_lo", "geomean_speedup_hi"))
     assert set(curves(rows)["model"]) == set(fast_p_curve(rows)["model"]) == {"m"}
+
+
+def test_the_share_of_correct_samples_faster_than_the_reference_has_a_bootstrap_interval():
+    # p1: 3 correct (2 faster), p2: 2 correct (1 faster) and a wrong one; pooled 3/5 correct, timed, faster
+    rows = _rows({"p1": [("correct", 2.0), ("correct", 1.5), ("correct", 0.5), ("wrong_output", None)],
+                  "p2": [("correct", 1.2), ("correct", 0.8), ("wrong_output", 9.0)]})
+    s = summarize(rows, ["model"], ks=(1,)).iloc[0]
+    assert s["faster_share"] == pytest.approx(3 / 5)
+    assert s["faster_share_lo"] < s["faster_share"] < s["faster_share_hi"]
+    assert 0 <= s["faster_share_lo"] and s["faster_share_hi"] <= 1
+    # by hand: the same draws as the geomean's, each draw's faster correct samples over its correct, timed ones
+    r = intervals.resample([4, 3])
+    speedup = np.array([2.0, 1.5, 0.5, np.nan, 1.2, 0.8, np.nan])
+    draws = [(speedup[i][speedup[i] > 0] > 1).mean() for i in r.index if (speedup[i] > 0).any()]
+    assert (s["faster_share_lo"], s["faster_share_hi"]) == pytest.approx(tuple(np.percentile(draws, [2.5, 97.5])))
+    every = summarize(_rows({"p": [("correct", 2.0), ("correct", 3.0)]}), ["model"], ks=(1,)).iloc[0]
+    assert every["faster_share"] == every["faster_share_lo"] == every["faster_share_hi"] == 1.0
+    none = summarize(_rows({"p": [("wrong_output", None)]}), ["model"], ks=(1,)).iloc[0]
+    assert math.isnan(none["faster_share"]) and math.isnan(none["faster_share_lo"])
+
+
+def test_a_measured_median_and_a_ratio_of_medians_have_intervals_from_the_measurements():
+    one = [40.0, 42.0, 39.0, 45.0, 41.0]
+    spread = [100.0, 96.0, 110.0, 104.0]
+    lo, hi = intervals.measured_median(one)
+    assert lo < np.median(one) < hi and (lo, hi) == intervals.measured_median(one)  # seeded
+    ratio = np.median(spread) / np.median(one)
+    lo, hi = intervals.ratio_of_medians(spread, one)
+    assert lo < ratio < hi and hi < 3 and lo > 2
+    assert intervals.measured_median([40.0, 40.0, None, math.nan]) == (40.0, 40.0)  # equal: zero width
+    # one measurement on a side: no spread to resample, no interval
+    assert all(map(math.isnan, intervals.measured_median([40.0, None])))
+    assert all(map(math.isnan, intervals.ratio_of_medians([100.0], one)))

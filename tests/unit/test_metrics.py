@@ -210,7 +210,7 @@ def test_summarize_columns(results):
         "fast_1.5@1", "fast_1.5@1_lo", "fast_1.5@1_hi", "fast_2.0@1", "fast_2.0@1_lo", "fast_2.0@1_hi",
         "geomean_speedup", "geomean_speedup_lo", "geomean_speedup_hi", "median_speedup", "median_speedup_lo",
         "median_speedup_hi", "median_sol_fraction", "median_sol_fraction_lo", "median_sol_fraction_hi",
-        "n_invalid_sample", "n_unsupported_hardware", "n_compile_error", "n_import_error", "n_runtime_error",
+        "faster_share", "faster_share_lo", "faster_share_hi", "n_invalid_sample", "n_unsupported_hardware", "n_compile_error", "n_import_error", "n_runtime_error",
         "n_timeout", "n_crash", "n_wrong_output", "n_tampering", "n_correct",
     ]  # fmt: skip
 

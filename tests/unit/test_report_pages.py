@@ -194,3 +194,91 @@ def test_the_grids_share_leaves_out_samples_the_hardware_could_not_run(tmp_path)
     pass1 = summary.per_problem.set_index(["model", "problem_id"]).loc[("model-a", "problem_000"), "pass@1"]
     assert cell.samples == 20 and cell.correct == pass1 and cell.text.startswith(f"{pass1:.2f}")
     assert 0 < pass1 < 1
+
+
+def test_the_share_faster_than_the_reference_and_the_reference_times_have_intervals(tmp_path):
+    from pkb_ray.summary import render_markdown
+    from pkb_ray.summary.render_wandb_report import build
+    from pkb_ray.summary.sections import NOTES, with_interval, with_se
+
+    summary = summary_of(200, tmp_path)
+    md = render_markdown.page(summary, "t", "now")
+    html = render_html.page(summary, "t", "now")
+    # the speedups table: the share of correct samples faster than the reference, with its 95 % interval
+    speedups = summary.speedups
+    assert len(speedups) and speedups["faster than reference_lo"].notna().all()
+    assert ((speedups["faster than reference_lo"] <= speedups["faster than reference"])
+            & (speedups["faster than reference"] <= speedups["faster than reference_hi"])).all()
+    assert (speedups["faster than reference_lo"] < speedups["faster than reference_hi"]).all()
+    shown = {(r[0], r[1]): r for r in _cells(md, "Speedups of correct samples")}
+    for r in speedups.to_dict("records"):
+        cell = with_interval(r["faster than reference"], r["faster than reference_lo"], r["faster than reference_hi"])
+        assert shown[(r["category"], r["model"])][4] == cell and f"<td>{cell}</td>" in html
+    ok = summary.rows[(summary.rows["status"] == "correct") & (summary.rows["model"] == "model-a")]
+    first = speedups[speedups["model"] == "model-a"].iloc[0]
+    assert first["faster than reference"] == pytest.approx((ok[ok["category"] == first["category"]]["speedup"]
+                                                           > 1).mean())
+    assert "95 %" in NOTES["speedups"]
+    # W&B: the same share per category (its table) and over each model (the summary), with its interval
+    keys = summary.scalars
+    assert keys["model-a/faster_share_lo"] <= keys["model-a/faster_share"] <= keys["model-a/faster_share_hi"]
+    # the per-problem table: the reference's median time with its interval over the samples' measurements
+    problems = summary.problems
+    ref = problems["reference us"]
+    assert ((problems["reference us_lo"] <= ref) & (ref <= problems["reference us_hi"])).all()
+    assert (problems["reference us_lo"] < problems["reference us_hi"]).all()
+    row = problems.iloc[0]
+    assert with_interval(row["reference us"], row["reference us_lo"], row["reference us_hi"]) in md.split(
+        "## Per problem")[1].split("\n## ")[0]
+    # the W&B Report's headline bars (a bar panel draws no error bar): each title says its interval
+    import wandb_workspaces.reports.v2 as wr
+
+    report = build(summary, "team", "pkb_ray", "run1", "t")
+    bars = [p.title for b in report.blocks if isinstance(b, wr.PanelGrid) for p in b.panels
+            if isinstance(p, wr.BarPlot)]
+    assert bars == [f"pass@1 {with_se(keys['pass@1'], keys['pass@1_se'])} (± standard error)",
+                    f"fast_1.0@1 {with_interval(keys['fast_1.0@1'], keys['fast_1.0@1_lo'], keys['fast_1.0@1_hi'])}"
+                    " (95 % interval)",
+                    "geomean_speedup " + with_interval(keys["geomean_speedup"], keys["geomean_speedup_lo"],
+                                                       keys["geomean_speedup_hi"]) + " (95 % interval)"]
+
+
+def test_the_across_nodes_ratio_has_an_interval_from_the_references_measurements(tmp_path):
+    from pkb_ray.summary import render_markdown
+    from pkb_ray.summary.sections import NOTES, with_interval
+
+    rows = bench.synthetic_results(50)  # model-a and model-b, 25 samples each of problem_000
+    spread = [r.model_copy(update={"nodes": 2, "ref_time_us": r.ref_time_us * (2.4 + 0.05 * (i % 5))})
+              for i, r in enumerate(rows) if r.model == "model-a" and r.ref_time_us]
+    lonely = next(r for r in rows if r.model == "model-b" and r.ref_time_us)  # one measurement across nodes
+    spread.append(lonely.model_copy(update={"nodes": 2, "world_size": 4, "ref_time_us": 50.0}))
+    write_results(rows + spread, tmp_path / "run" / "results")
+    summary = RunSummary.of(read_runs([tmp_path / "run"]))
+    nodes = summary.across_nodes.set_index(["model", "layout"])
+    a = nodes.loc[("model-a", "2x1")]
+    assert a["across / one node_lo"] < a["across / one node"] < a["across / one node_hi"]
+    assert a["ref one node (us)_lo"] < a["ref one node (us)"] < a["ref one node (us)_hi"]
+    assert a["ref across nodes (us)_lo"] < a["ref across nodes (us)"] < a["ref across nodes (us)_hi"]
+    md = render_markdown.page(summary, "t", "now")
+    line = next(r for r in _cells(md, "Across nodes") if r[0] == "model-a")
+    assert line[5] == with_interval(a["across / one node"], a["across / one node_lo"], a["across / one node_hi"])
+    assert " [" in line[3] and " [" in line[4]
+    # W=4 has no one-node measurement and one across nodes: no interval, and the note says why
+    b = nodes.loc[("model-b", "2x2")]
+    assert math.isnan(b["across / one node_lo"]) and math.isnan(b["ref across nodes (us)_lo"])
+    assert "fewer than two measurements" in NOTES["nodes"]
+
+
+def test_a_size_sweeps_reference_time_has_an_interval_over_its_measurements():
+    from pkb_ray.summary import sizes
+    from pkb_ray.summary.sections import NOTES
+
+    rows = pd.DataFrame([dict(model="m", problem_id="p", base_problem="p", world_size=2, hardware="h", size=size,
+                              message_bytes=b, status="correct", speedup=1.5, timing_mode="graph",
+                              ref_time_us=t * (1 + 0.05 * i), cand_time_us=t / 1.5)
+                         for size, b, t in (("numel=1", 4, 10.0), ("numel=2", 8, 20.0)) for i in range(4)])
+    table = sizes.table(rows)
+    assert ((table["reference us_lo"] < table["reference us"]) & (table["reference us"] < table["reference us_hi"])).all()
+    assert "95 %" in NOTES["sizes"]
+    svg = figures.sizes(table)
+    assert "shaded: 95 %" in svg
