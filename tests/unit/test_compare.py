@@ -4,6 +4,7 @@ with a dozen samples a problem and on runs shaped like the shipped replay set (2
 paired test where both runs hold the same sources, the unpaired one otherwise; the gatekeeping
 rule's error control, measured."""
 
+import importlib.util
 import random
 
 import numpy as np
@@ -41,27 +42,16 @@ def run(seed: int, p_correct: float = 0.7, speed: float = 1.3, samples: int = 12
     return summary_of(rows)
 
 
-# The shipped replay set's shape: its 27 samples (2 to 11 a problem, 11 correct), their expected
-# statuses, a correct one's speedup as measured on 2 x H200 (docs/bench_replay_h200x2_small.json,
-# rounded) times each run's own timing noise, sigma 0.1 (docs/benchmarks/timing.md: CPU copies' stdev
-# 0.097). scripts/compare_power.py builds the same runs and prints what docs/statistics.md quotes.
+# The shipped replay set's shape, as scripts/compare_power.py builds it (its docstring says where
+# the speedups and the noise come from); that script prints what docs/statistics.md quotes.
+_spec = importlib.util.spec_from_file_location("compare_power", REPO / "scripts" / "compare_power.py")
+power = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(power)
 REPLAY = read_samples(REPO / "samples" / "replay")
-SPEEDUP = {"one_shot": 0.90, "chunked_slower": 0.20, "direct_sends": 0.81}  # others (reference copies): 1.0
 
 
 def replay(seed: int, generation: int = 0, turned: float = 0.0, speed: float = 1.0) -> RunSummary:
-    rng = random.Random(seed)
-    correct = [i for i, s in enumerate(REPLAY) if s["metadata"]["expect"] == Status.CORRECT.value]
-    wrong = set(rng.sample(correct, round(turned * len(correct))))
-    rows = []
-    for i, s in enumerate(REPLAY):
-        source = s["source"] + (f"\n# generation {generation}\n" if generation else "")
-        sample = Sample(problem_id=s["problem_id"], model="replay", sample_index=s["sample_index"], source=source)
-        status = Status.WRONG_OUTPUT if i in wrong else Status(s["metadata"]["expect"])
-        noise = rng.lognormvariate(0, 0.1)
-        speedup = SPEEDUP.get(s["metadata"]["label"], 1.0) * noise * speed if status == Status.CORRECT else None
-        rows.append(Result.for_sample(sample, status, "", world_size=2, hardware="cpu_2", speedup=speedup))
-    return summary_of(rows)
+    return summary_of(power.run(seed, generation, turned, speed))
 
 
 @pytest.fixture(scope="module")
