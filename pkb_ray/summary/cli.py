@@ -39,21 +39,11 @@ def _one_line(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def result_folders(paths: Iterable[Path | str]) -> list[Path | str]:
-    """The results folders behind ``paths``: a results folder itself, a run folder holding
-    ``results/``, or a Hydra multirun folder holding run folders; each a local path, a ``file://``
-    URI or a remote one (``s3://bucket/prefix``, ``gs://``, ...). Files among them (a shell glob
-    of a multirun folder brings ``multirun.yaml``) are not runs and are passed over."""
-    found = []
-    for p in paths:
-        try:
-            found += _folders(p)
-        except FileNotFoundError as exc:
-            raise FileNotFoundError(f"{shown(p)}: {exc}") from None
-    return found
-
-
-def _folders(p: Path | str) -> list[Path | str]:
+def result_folders(p: Path | str) -> list[Path | str]:
+    """The results folders behind ``p``: a results folder itself, a run folder holding
+    ``results/``, or a Hydra multirun folder holding run folders; a local path, a ``file://`` URI
+    or a remote one (``s3://bucket/prefix``, ``gs://``, ...). A file (a shell glob of a multirun
+    folder brings ``multirun.yaml``) is not a run: none."""
     if is_remote(p):
         return remote_result_folders(str(p))
     p = local_path(p)  # a path, or the folder of a file:// URI
@@ -100,14 +90,14 @@ def _missing(folder: Folder) -> None:
 
 
 def read_runs(paths: Iterable[Path | str]) -> pd.DataFrame:
-    """Result rows of one or more runs (see :func:`result_folders`), the newest per result key.
+    """Result rows of one or more runs (each as :func:`result_folders`), the newest per result key.
     A path or URI that cannot be read (missing, no results under it, a bucket that does not exist
     or cannot be reached, a URI pyarrow cannot open) raises :class:`UnreadableRun` naming it."""
     paths = list(paths)
     frames = []
     for p in paths:
         try:
-            frames += [read_results(folder) for folder in _folders(p)]
+            frames += [read_results(folder) for folder in result_folders(p)]
         except (OSError, ValueError, pa.ArrowException) as exc:  # FileNotFoundError, pyarrow's IO and URI errors
             raise UnreadableRun(p, _one_line(exc)) from None
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
