@@ -154,6 +154,9 @@ class EvalConfig(_Strict):
                                "debugging only. The run fails at start when the level cannot be had")
     spot_checks: int = Field(8, ge=1, description="timed regions per side whose output (one call, picked at random "
                                                   "after the region) a clean rank set recomputes and compares")
+    zygote: bool = Field(True, description="fork each sample's sandboxed ranks from a template sandbox that "
+                                           "imported torch once, in namespaces of their own (docs/isolation.md); "
+                                           "false: a fresh sandbox and interpreter per sample (~2.5 s of CPU more)")
     prewarm: int = Field(1, ge=0, le=8, description="rank sets started ahead while samples run (0: none)")
     quiet_timing: bool = Field(True, description="never start a rank set while a sample is timed; prewarmed sets "
                                                  "then start in batches (see Harness.prewarm)")

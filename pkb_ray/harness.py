@@ -37,6 +37,7 @@ from pkb_ray.names import EvalPhase, Side, Status, TimingMode
 from pkb_ray.problem import Problem, Tolerance, Traffic, sol_time_us
 from pkb_ray.rank_pool import CleanRanks, RankPool
 from pkb_ray.ranks import RankIsolation, Ranks, RankSet, StepOutcome
+from pkb_ray.zygote import Zygotes
 from pkb_ray.reference_store import default_key_file
 from pkb_ray.references import ReferenceChanged, ReferenceFailed, References, base_seeds, trial_seeds
 from pkb_ray.rounds import CleanSetFailed, RoundDriver, Timing
@@ -139,6 +140,9 @@ class Harness:
             "clean": RankIsolation(self.isolation, hide=tuple(hidden), readable=(str(self.work_dir), *needed),
                                writable=(str(cache_dir / "references"),), gpu=gpu),
         }
+        # candidates' sets forked from a template that imported torch once (one node's sets only)
+        self._zygotes = Zygotes(self.work_dir, eval_cfg.startup_timeout_s) if (
+            eval_cfg.zygote and launcher is None and self.probe.level is sandbox.Isolation.SANDBOX) else None
         self.pool = RankPool(self._spawn, self.work_dir, eval_cfg.prewarm, eval_cfg.quiet_timing,
                              eval_cfg.startup_timeout_s)
         self.clean = CleanRanks(self._spawn, self.work_dir, eval_cfg.startup_timeout_s)
@@ -162,7 +166,8 @@ class Harness:
         # so a hang is reported as a timeout, not as the crash NCCL's watchdog would make of it
         return self._launcher(backend=self.hardware.backend, job_dir=job_dir, pg_timeout_s=self.cfg.timeout_s + 15.0,
                               num_threads=threads, multicast=self.hardware.nvlink_multicast, env=self._rank_env,
-                              isolation=self._isolation[role], role=role)
+                              isolation=self._isolation[role], role=role,
+                              **({"zygotes": self._zygotes} if self._zygotes is not None else {}))
 
     def prewarm(self) -> None:
         self.pool.prewarm()
@@ -171,6 +176,8 @@ class Harness:
         """Kill the prewarmed rank sets and the clean one; wait until every rank process is gone."""
         self.pool.close()
         self.clean.close()
+        if self._zygotes is not None:
+            self._zygotes.close()
 
     def evaluate(self, sample: Sample, where: Where | None = None) -> Result:
         """``sample``'s result at ``where``'s size and dtype (by default: eval.size, and eval.dtype or

@@ -33,6 +33,9 @@ from pkb_ray import allowlist, sandbox
 from pkb_ray.freezer import Freezer
 from pkb_ray.runner import protocol
 from pkb_ray.runner.launch import read_exit
+from pkb_ray.zygote import DESCRIBED as ZYGOTE_DESCRIBED
+from pkb_ray.zygote import Forked, ZygoteFailed, Zygotes
+from pkb_ray.zygote import request as forked_request
 from pkb_ray.wire import Answer, Command, Exit, Failure, Ready, Report, Step, encode_command, parse_report
 
 ERROR_GRACE_S = 2.0  # after one rank fails, how long the others get to report before being killed
@@ -187,8 +190,12 @@ class RankSet:
         prefix: str | None = None,
         isolation: RankIsolation = RankIsolation(),
         role: str = "candidate",
+        zygotes: Zygotes | None = None,
     ):
-        """``role``: ``clean`` for a set that never imports a candidate (the reference, the checks)."""
+        """``role``: ``clean`` for a set that never imports a candidate (the reference, the checks).
+        ``zygotes``: where a candidate's set in a sandbox of its own network is forked from a
+        template that imported torch once (:mod:`pkb_ray.zygote`), instead of a sandbox and
+        interpreter of its own; the isolation is the same."""
         self.world_size = world_size or len(devices)
         self.ranks = list(range(first_rank, first_rank + len(devices)))
         self.job_dir = Path(job_dir)
@@ -223,16 +230,28 @@ class RankSet:
                 "report_fds": writes, "devices": {str(r): d for r, d in zip(self.ranks, devices)}}
         policy = isolation.policy(self.job_dir, len(self.ranks),
                                   sandbox.Network.OWN if own_network else sandbox.Network.HOST)
-        argv = sandbox.command([sys.executable, "-m", "pkb_ray.runner.launch", json.dumps(spec)], policy, probe)
         self._slot = sandbox.CgroupSlot(probe, policy.limits)
-        with open(self.job_dir / "launch.log", "wb") as log:  # the limits include SIGKILL on our death
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=child,
-                                         cwd=self.job_dir if probe.level is sandbox.Isolation.NONE else None,
-                                         start_new_session=True, pass_fds=reads + writes,
-                                         preexec_fn=sandbox.preexec(policy, probe, self._slot))
-        for fd in reads + writes:
-            os.close(fd)
-        self.isolation = probe.describe()
+        zygote = zygotes.get(child, policy, probe) if (
+            zygotes is not None and role == "candidate" and own_network and self._slot.path is None) else None
+        try:
+            if zygote is not None:
+                try:
+                    self.proc = zygote.fork(forked_request(spec, child, policy, self.job_dir), reads + writes,
+                                            zygotes.startup_timeout_s)
+                except ZygoteFailed as exc:  # this set starts the usual way; the next gets a new template
+                    zygotes.lost(zygote, str(exc))
+                    zygote = None
+            if zygote is None:
+                argv = sandbox.command([sys.executable, "-m", "pkb_ray.runner.launch", json.dumps(spec)], policy, probe)
+                with open(self.job_dir / "launch.log", "wb") as log:  # the limits include SIGKILL on our death
+                    self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                                 env=child, start_new_session=True, pass_fds=reads + writes,
+                                                 cwd=self.job_dir if probe.level is sandbox.Isolation.NONE else None,
+                                                 preexec_fn=sandbox.preexec(policy, probe, self._slot))
+        finally:
+            for fd in reads + writes:
+                os.close(fd)
+        self.isolation = probe.describe() + (f"; {ZYGOTE_DESCRIBED}" if zygote is not None else "")
         self.freezer = Freezer(self.proc.pid, self._slot.path)
         self.started_at = time.monotonic()
         self.closed = False
@@ -340,6 +359,9 @@ class RankSet:
         that takes everything inside with it (its PID namespace ends); without one, processes
         that left the session survive (isolation ``none`` is for debugging)."""
         self.closed = True
+        if isinstance(self.proc, Forked):
+            self.proc.send_kill()
+            return
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

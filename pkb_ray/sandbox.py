@@ -301,24 +301,32 @@ def _gpu_devices() -> list[str]:
     return sorted(glob.glob("/dev/nvidia*")) + [d for d in ("/dev/infiniband",) if os.path.exists(d)]
 
 
-def command(argv: list[str], policy: Policy, probe: Probe, *, cwd_in_sandbox: str = "/tmp/work") -> list[str]:
+def command(argv: list[str], policy: Policy, probe: Probe, *, cwd_in_sandbox: str = "/tmp/work",
+            template: bool = False) -> list[str]:
     """The bwrap command line that runs ``argv`` under ``policy`` (``argv`` itself at Isolation.NONE).
+
+    ``template``: for the zygote (:mod:`pkb_ray.runner.zygote`), which gives each sample it forks
+    its own user, PID and mount namespaces, /proc and scratch: so it may make user namespaces, keeps
+    the host's PID namespace and /proc (a sample's own /proc can only be mounted where a /proc
+    shows whole), and as root keeps CAP_SETFCAP (without it the kernel refuses a new namespace's
+    mapping of root). It runs no candidate code; every sample drops all of that.
 
     The environment is not set here: pass ``env=child_env(...)`` to Popen."""
     if probe.level is Isolation.NONE:
         return list(argv)
     limits = policy.limits
     own = policy.network is Network.OWN
-    args = [probe.bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+    args = [probe.bwrap, "--unshare-user", *([] if template else ["--unshare-pid"]), "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", *(["--unshare-net", "--hostname", allowlist.HOSTNAME] if own else []),
-            "--die-with-parent", "--new-session", "--disable-userns",
-            "--cap-drop", "ALL"]  # bwrap run by root keeps all capabilities (in the namespace) otherwise
+            "--die-with-parent", "--new-session", *([] if template else ["--disable-userns"]),
+            "--cap-drop", "ALL",  # bwrap run by root keeps all capabilities (in the namespace) otherwise
+            *(["--cap-add", "CAP_SETFCAP"] if template and os.geteuid() == 0 else [])]
     for target, link in allowlist.system_links():
         args += ["--symlink", target, link]
     args += ["--dev", "/dev"]
     for dev in _gpu_devices() if policy.gpu else []:
         args += ["--dev-bind", dev, dev]
-    args += ["--proc", "/proc",
+    args += [*(["--bind", "/proc", "/proc"] if template else ["--proc", "/proc"]),
              "--size", str(limits.scratch_bytes), "--tmpfs", "/tmp",
              "--size", str(limits.scratch_bytes), "--tmpfs", "/dev/shm",
              "--remount-ro", "/dev"]  # /dev's own tmpfs would otherwise be an unbounded scratch

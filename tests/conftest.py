@@ -101,10 +101,13 @@ def rank_processes(under: Path, clean: bool = False, ranks_only: bool = False) -
     """Live processes of rank sets whose command line mentions a path under ``under`` (their job
     folder): the ranks, and (unless ``ranks_only``) their launcher and sandbox; the harness's clean
     rank set (which lives until the harness closes) only if ``clean``. Ranks are forked from the
-    launcher (same command line) and renamed (:data:`pkb_ray.runner.launch.RANK_NAME`)."""
+    launcher (same command line) and renamed (:data:`pkb_ray.runner.launch.RANK_NAME`). A set
+    forked by a zygote carries the zygote's command line (which names its work folder); the zygote
+    itself, which never runs candidate code and lives as long as its harness, is not counted."""
     from pkb_ray.runner.launch import RANK_NAME, process_name
+    from pkb_ray.runner.zygote import ZYGOTE_NAME
 
-    modules = ("pkb_ray.runner.rank", "pkb_ray.runner.launch")
+    modules = ("pkb_ray.runner.rank", "pkb_ray.runner.launch", "pkb_ray.runner.zygote")
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -114,6 +117,8 @@ def rank_processes(under: Path, clean: bool = False, ranks_only: bool = False) -
         except OSError:
             continue
         started = any(a == "-m" and b in modules for a, b in zip(argv, argv[1:]))
+        if started and "pkb_ray.runner.zygote" in argv and process_name(int(entry.name)) in (ZYGOTE_NAME, "bwrap"):
+            continue
         if ranks_only and started:
             started = process_name(int(entry.name)) == RANK_NAME
         line = " ".join(argv)

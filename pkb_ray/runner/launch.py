@@ -36,8 +36,14 @@ def read_exit(job_dir: Path, rank: int) -> int | None:
 
 def main(argv: list[str] | None = None) -> int:
     spec = json.loads((argv or sys.argv[1:])[0])
-    job_dir = Path(spec["job_dir"])
     preload(spec["rank_args"])
+    return run_ranks(spec)
+
+
+def run_ranks(spec: dict) -> int:
+    """Fork the set's ranks (``spec``: the job folder, the ranks' arguments, and per rank its
+    command pipe, report pipe and device), then wait for them, writing each one's exit file."""
+    job_dir = Path(spec["job_dir"])
     procs = {}
     for rank, fd, report_fd in zip(spec["ranks"], spec["fds"], spec["report_fds"]):
         log = os.open(job_dir / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
