@@ -55,7 +55,7 @@ def ours(rows: list[dict], args, tmp: Path) -> dict:
     raw = {"eval": OmegaConf.to_container(OmegaConf.load(REPO / f"conf/eval/{profile}.yaml")),
            "hardware": hardware_profile(hardware).model_dump(),
            "cache_dir": str(tmp / "cache")}
-    raw["eval"].update(timeout_s=args.timeout, size="small")
+    raw["eval"].update(timeout_s=args.timeout, size="small", zygote=args.zygote)
     cfg = SweepConfig.model_validate(raw)
     report: dict = {}
     t0 = time.monotonic()
@@ -66,7 +66,12 @@ def ours(rows: list[dict], args, tmp: Path) -> dict:
     statuses: dict[str, int] = {}
     for r in results:
         statuses[r.status.value] = statuses.get(r.status.value, 0) + 1
-    return {"samples": len(results), "evaluated": report.get("evaluated"), "wall_s": wall,
+    phases: dict[str, list[float]] = {}
+    for r in results:
+        for name, seconds in (r.phase_seconds or {}).items() if not r.duplicate_of else ():
+            phases.setdefault(name, []).append(seconds)
+    return {"phases_p50_s": {k: round(percentile(v, 0.5), 4) for k, v in phases.items()},
+            "samples": len(results), "evaluated": report.get("evaluated"), "wall_s": wall,
             "samples_per_hour": len(results) / wall * 3600, "latency_s_p50": percentile(latency, 0.5),
             "latency_s_p90": percentile(latency, 0.9), "latency_s_p99": percentile(latency, 0.99),
             "gang_busy_fraction": report.get("busy_fraction"),  # of the time gangs were up
@@ -122,6 +127,8 @@ def main() -> int:
     ap.add_argument("--naive", type=int, default=10, help="samples for the naive harness (a subset)")
     ap.add_argument("--timeout", type=float, default=20.0)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--zygote", action=argparse.BooleanOptionalAction, default=True,
+                    help="eval.zygote: rank sets forked from a template (--no-zygote: a fresh sandbox each)")
     args = ap.parse_args()
     per_problem = -(-args.samples // 8)
     rows = generate(per_problem, ["bench"], seed=7)[: args.samples]

@@ -103,7 +103,8 @@ def rank_processes(under: Path, clean: bool = False, ranks_only: bool = False) -
     rank set (which lives until the harness closes) only if ``clean``. Ranks are forked from the
     launcher (same command line) and renamed (:data:`pkb_ray.runner.launch.RANK_NAME`). A set
     forked by a zygote carries the zygote's command line (which names its work folder); the zygote
-    itself, which never runs candidate code and lives as long as its harness, is not counted."""
+    itself, which never runs candidate code and lives as long as its harness, is not counted. A
+    rank is also found by its output, a log in its job folder."""
     from pkb_ray.runner.launch import RANK_NAME, process_name
     from pkb_ray.runner.zygote import ZYGOTE_NAME
 
@@ -122,6 +123,8 @@ def rank_processes(under: Path, clean: bool = False, ranks_only: bool = False) -
         if ranks_only and started:
             started = process_name(int(entry.name)) == RANK_NAME
         line = " ".join(argv)
+        with contextlib.suppress(OSError):  # a rank's output: its job folder's rank<R>.log (forked sets too)
+            line += " " + os.readlink(entry / "fd" / "1")
         if started and str(under) in line and (clean or "/clean-" not in line) and pid_alive(int(entry.name)):
             found.append(int(entry.name))
     return found
