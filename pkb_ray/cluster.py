@@ -54,11 +54,39 @@ def check_start(cfg: SweepConfig) -> None:
 
 def join_or_start(cfg: SweepConfig) -> None:
     """:func:`start_ray` after :func:`check_start`: a run that may have nothing to evaluate (all of
-    it resumed) calls this only once it has (pkb_ray.pipeline.run_pipeline's ``start``)."""
+    it resumed) calls this only once it has (pkb_ray.pipeline.run_pipeline's ``start``). A local Ray
+    an earlier job of this process started (a Hydra multirun: :func:`end_job`) is used again where
+    this job would start the same one, and replaced where it would not."""
+    global _local
     os.environ[NOSET_CUDA] = "1"  # ranks pick their own GPU among all of the node's
+    if ray.is_initialized() and _local is not None:
+        if not cfg.ray.address and _local == local_settings(cfg):
+            log.info("using the local Ray an earlier job of this sweep started (same settings)")
+        else:
+            ray.shutdown()  # started for other settings, or this job joins a cluster instead
+            _local = None
     if not ray.is_initialized():
         _init_ray(cfg)
     _check_room(cfg, node_gpus())
+
+
+_local: tuple | None = None  # local_settings() of the local Ray this process started, while it runs
+
+
+def local_settings(cfg: SweepConfig) -> tuple:
+    """What a local Ray for ``cfg`` is started with: two jobs that agree on it can share one."""
+    return (cfg.ray.num_cpus, local_gpus(cfg), repr(sorted((cfg.ray.resources or {}).items())),
+            cfg.ray.include_dashboard)
+
+
+def end_job(keep: bool) -> None:
+    """After a job: shut down the local Ray it started, or (``keep``, the job of a Hydra multirun
+    whose next job may need the same one) leave it for that job; Ray shuts it down when the process
+    exits. A cluster that was joined is left alone either way."""
+    global _local
+    if ray.is_initialized() and _local is not None and not keep:
+        ray.shutdown()
+        _local = None
 
 
 def local_gpus(cfg: SweepConfig) -> int | None:
@@ -129,6 +157,7 @@ def warn_secrets_in_job_env(api_key_env: str | None) -> list[str]:
 
 
 def _init_ray(cfg: SweepConfig) -> None:
+    global _local
     if cfg.ray.address:  # its raylets were started elsewhere, with their own environment
         ray.init(address=cfg.ray.address)
         warn_secrets_in_job_env(cfg.model.api_key_env)
@@ -143,6 +172,7 @@ def _init_ray(cfg: SweepConfig) -> None:
         context = ray.init(address="local", num_cpus=cfg.ray.num_cpus, num_gpus=gpus,
                            resources=cfg.ray.resources or None, include_dashboard=cfg.ray.include_dashboard,
                            log_to_driver=True, configure_logging=False)
+    _local = local_settings(cfg)
     reaper.start(cfg.cache_path / "runs")  # this local Ray, gangs and ranks die with this process
     if cfg.ray.include_dashboard and getattr(context, "dashboard_url", None):
         print(dashboard_line(context.dashboard_url), file=sys.stderr, flush=True)

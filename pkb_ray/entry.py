@@ -3,7 +3,7 @@ log setup, SIGTERM as an exit that unwinds (so results waiting to be written are
 config validated at start (every mistake of the command line in one message, before Hydra stops at
 the first: :mod:`pkb_ray.compose`), a bad config, problem or sample file as one ``error:`` line and
 exit status 2, ``--help`` as the config keys with their descriptions, and the Ray it started shut
-down at the end.
+down at the end (at the process's end under ``-m``, where the next job uses it again).
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Callable
 
 import hydra
-import ray
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from pkb_ray import compose
+from pkb_ray.cluster import end_job
 from pkb_ray.config import ConfigError, SweepConfig, validate_config
 from pkb_ray.llm import GenerationError
 from pkb_ray.paths import CONF_DIR
@@ -44,9 +45,8 @@ def run_job(raw: DictConfig, job: Callable[[SweepConfig], object]) -> None:
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
-    finally:
-        if ray.is_initialized() and not raw.get("ray", {}).get("address"):  # ours, not a cluster we joined
-            ray.shutdown()
+    finally:  # the local Ray it started: kept for a multirun's next job, which will likely want it
+        end_job(keep=HydraConfig.get().mode == RunMode.MULTIRUN)
 
 
 def hydra_main(job: Callable[[SweepConfig], object]) -> Callable[[], None]:

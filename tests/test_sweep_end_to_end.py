@@ -227,6 +227,9 @@ def test_a_multirun_sweep_runs_each_combination_as_a_job_grouped_in_wandb(multir
         job_types.add(wandb_files.run_record(run_file).job_type)
         assert wandb_files.summary(run_file)["n"] == 4
     assert groups == {sweep_dir.name} and job_types == {jobs[0].name[2:], jobs[1].name[2:]}
+    # the second job evaluated on the local Ray the first one started (the same settings): one start
+    said = proc.stdout + proc.stderr
+    assert said.count("using the local Ray an earlier job of this sweep started") == 1, said[-3000:]
     # one page over the sweep: the folder as it is, or its entries as a shell glob gives them
     # (multirun.yaml among them, which made the script fail before)
     assert (sweep_dir / "multirun.yaml").is_file()
