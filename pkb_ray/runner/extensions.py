@@ -38,7 +38,7 @@ BUILDERS = ("load_inline", "compile_cuda_extension")
 RESULT_MARK = "PKB_PREBUILD_RESULT "
 KEYED = ("cpp_sources", "cuda_sources", "functions", "extra_cflags", "extra_cuda_cflags", "extra_ldflags",
          "extra_include_paths", "with_cuda", "with_pytorch_error_handling", "use_pch", "is_python_module",
-         "is_standalone", "keep_intermediates")
+         "is_standalone", "keep_intermediates", "no_implicit_headers")
 
 
 def builds_inline(source: str) -> bool:

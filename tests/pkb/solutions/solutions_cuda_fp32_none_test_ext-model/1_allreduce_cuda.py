@@ -4,8 +4,9 @@ import torch.distributed as dist
 from utils.cuda_helpers import compile_cuda_extension
 
 SRC = """
-#include <torch/extension.h>
-torch::Tensor copy(torch::Tensor x) { return x.clone(); }
+#include <ATen/ATen.h>
+#include <torch/csrc/utils/pybind.h>
+at::Tensor copy(at::Tensor x) { return x.clone(); }
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("copy", &copy); }
 """
 _ext = None

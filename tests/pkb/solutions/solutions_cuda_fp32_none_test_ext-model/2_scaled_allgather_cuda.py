@@ -4,8 +4,9 @@ import torch.distributed as dist
 from utils.cuda_helpers import compile_cuda_extension
 
 SRC = """
-#include <torch/extension.h>
-torch::Tensor scaled(torch::Tensor x, torch::Tensor s) { return x * s; }
+#include <ATen/ATen.h>
+#include <torch/csrc/utils/pybind.h>
+at::Tensor scaled(at::Tensor x, at::Tensor s) { return x * s; }
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("scaled", &scaled); }
 """
 

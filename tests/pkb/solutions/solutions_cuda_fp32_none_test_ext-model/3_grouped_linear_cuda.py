@@ -2,8 +2,9 @@
 from utils.cuda_helpers import compile_cuda_extension
 
 SRC = """
-#include <torch/extension.h>
-torch::Tensor broken(torch::Tensor x) { return x.no_such_method(); }
+#include <ATen/ATen.h>
+#include <torch/csrc/utils/pybind.h>
+at::Tensor broken(at::Tensor x) { return x.no_such_method(); }
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("broken", &broken); }
 """
 _ext = compile_cuda_extension(name="pkb_test_broken", cuda_src=SRC)
