@@ -20,6 +20,24 @@ BIG = {"numel": 1 << 20}  # ~ms per gloo all-reduce: long enough for the parent'
 # VM (docs/benchmarks/timing.md) and has read 0.58 and 2.02 on CI's loaded machine; the tricks here
 # would gain 10x or more. A bound on one evaluation sits above that noise, not beside an honest copy.
 HONEST_RANGE = (0.3, 3.0)
+# At 20-30 rounds one evaluation reads wider still: 0.42-2.9 for an honest copy and the samples of
+# test_reference_slowing_samples_gain_nothing (30 readings, 2026-12-04), and 3.77 once in a full
+# run, when the reference's reading shifted between evaluations. So a reading outside the range is
+# judged on the median of it and two more evaluations (assert_gains_nothing): a gain is outside it
+# every time; an honest sample, whose one reading has been outside it about once in 70, fails the
+# median with a probability of about 4e-4.
+
+
+def _outside(result) -> bool:
+    return result.status == Status.CORRECT and not HONEST_RANGE[0] < result.speedup < HONEST_RANGE[1]
+
+
+def assert_gains_nothing(h, name: str, first) -> None:
+    """``first``, a result of the sample ``name`` on ``h``, reads an honest speedup, or the median of
+    it and two more evaluations does (neither of the two reads outside HONEST_RANGE as it did)."""
+    if _outside(first):
+        more = [h.evaluate(_sample(name, index)) for index in (1, 2)]
+        assert not any(_outside(r) for r in more), (first.speedup, [(r.status, r.speedup, r.message) for r in more])
 
 
 def _sample(name: str, index: int = 0) -> Sample:
@@ -75,12 +93,12 @@ def test_hidden_time_is_tampering_only_when_a_second_timing_run_shows_it_too(mak
 
 @pytest.mark.parametrize("name", ["memo_by_address.py", "memo_by_values.py", "memo_by_hash.py"])
 def test_memoising_gains_nothing(shared_harness, name):
-    result = shared_harness(2, size=BIG, rounds=20, timeout_s=10).evaluate(_sample(name))
+    h = shared_harness(2, size=BIG, rounds=20, timeout_s=10)
+    result = h.evaluate(_sample(name))
     # every timed call has inputs no call saw before: no hits. A hit on a reused address answers
     # stale data on one rank and skips the collective there: a hang, or a wrong answer.
     assert result.status in (Status.CORRECT, Status.TIMEOUT, Status.WRONG_OUTPUT), result.message
-    if result.status == Status.CORRECT:
-        assert result.speedup < HONEST_RANGE[1]
+    assert_gains_nothing(h, name, result)
 
 
 def test_secrets_never_reach_a_rank(shared_harness, monkeypatch):
@@ -163,10 +181,11 @@ def test_disk_fill_stops_at_the_limit_and_the_next_sample_runs(shared_harness, p
 
 
 def test_patched_timer_does_not_fool_the_timer(shared_harness):
-    result = shared_harness(2, rounds=20).evaluate(_sample("patches_timer.py"))
+    h = shared_harness(2, rounds=20)
+    result = h.evaluate(_sample("patches_timer.py"))
     assert result.status == Status.CORRECT, result.message
     assert min(result.cand_median_us) > 1.0  # real microseconds, not the frozen clock's zero
-    assert HONEST_RANGE[0] < result.speedup < HONEST_RANGE[1]
+    assert_gains_nothing(h, "patches_timer.py", result)
 
 
 def test_leftover_thread_does_not_keep_ranks_alive(shared_harness):
@@ -243,14 +262,13 @@ def test_a_sample_reads_no_host_file_and_reaches_no_host_port(make_harness, monk
 @pytest.mark.parametrize("name", ["slows_reference_in_cpp.py", "overrides_dispatcher.py", "patches_and_restores.py",
                                   "loads_cpu_when_idle.py"])
 def test_reference_slowing_samples_gain_nothing(shared_harness, name):
-    # timed in this process, the reference would have run >= 10x slower beside each (1 ms a call
-    # added, or the cores shared with the load); it is timed by the clean set, the sample stopped.
-    # Each does the reference's own work, so an honest reading is ~1 (HONEST_RANGE's noise).
+    # timed in this process, the reference would have run slower beside each (1 ms a call added,
+    # or the cores shared with the load); it is timed by the clean set, the sample stopped. Each
+    # does the reference's own work, so an honest reading is ~1 (HONEST_RANGE's noise).
     h = shared_harness(2, rounds=30)
     result = h.evaluate(_sample(name))
     assert result.status in (Status.CORRECT, Status.TAMPERING), result.message
-    if result.status == Status.CORRECT:
-        assert result.speedup < HONEST_RANGE[1], result.speedup
+    assert_gains_nothing(h, name, result)
     assert rank_processes_left(h.work_dir) == []
 
 
