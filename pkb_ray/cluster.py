@@ -34,6 +34,7 @@ from pkb_ray.placement import fits, no_room
 log = logging.getLogger(__name__)
 NOSET_CUDA = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
 GRAFANA_DASHBOARD = CONF_DIR / "grafana" / "pkb_ray_dashboard.json"
+_local: tuple | None = None  # local_settings() of the local Ray this process started, while it runs
 
 
 def start_ray(cfg: SweepConfig) -> None:
@@ -68,9 +69,6 @@ def join_or_start(cfg: SweepConfig) -> None:
     if not ray.is_initialized():
         _init_ray(cfg)
     _check_room(cfg, node_gpus())
-
-
-_local: tuple | None = None  # local_settings() of the local Ray this process started, while it runs
 
 
 def local_settings(cfg: SweepConfig) -> tuple:
