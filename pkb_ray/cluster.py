@@ -99,6 +99,9 @@ def local_gpus(cfg: SweepConfig) -> int | None:
 
 def _check_room(cfg: SweepConfig, gpus: dict[str, int]) -> None:
     for lay in cfg.hardware.layouts:
+        if cfg.ray.max_gpus is not None and lay.world_size > cfg.ray.max_gpus:
+            raise ConfigError(f"ray.max_gpus: a gang of {lay} needs {lay.world_size} GPUs; the run may hold "
+                              f"{cfg.ray.max_gpus}")
         if not fits(lay, gpus):
             key = ("hardware.world_sizes" if lay.nodes == 1 else
                    f"hardware.spread.{cfg.hardware.spread_layouts.index(lay)}")

@@ -265,6 +265,8 @@ class RayConfig(_Strict):
     resources: Annotated[dict[str, float], NULL_IS_EMPTY] = Field(default_factory=dict,
                                                               description="custom resources of a local Ray")
     include_dashboard: bool = False
+    max_gpus: int | None = Field(None, ge=1, description="most GPUs this run's gangs hold at once (a share of a "
+                                                         "joined cluster); None: as many as are free")
 
 
 class WandbConfig(_Strict):

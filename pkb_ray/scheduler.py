@@ -98,6 +98,7 @@ class Scheduler:
     """Decides which gangs exist and what each does; see the module's docstring."""
 
     cluster: Mapping[str, int]  # node -> GPUs
+    max_gpus: int | None = None  # most GPUs the gangs may hold at once (ray.max_gpus), None: all of the cluster's
     gangs: dict[str, GangState] = field(default_factory=dict)
     queues: dict[Layout, deque] = field(default_factory=dict)
     feed_done: bool = False
@@ -171,6 +172,13 @@ class Scheduler:
         """Samples waiting per layout (a world size for one node), for the dashboard."""
         return {str(lay.world_size) if lay.nodes == 1 else str(lay): len(q) for lay, q in self.queues.items()}
 
+    def held_gpus(self) -> int:
+        """GPUs the gangs hold or are being placed on."""
+        return sum(g.layout.world_size for g in self.gangs.values())
+
+    def _under_cap(self, layout: Layout, held: int) -> bool:
+        return self.max_gpus is None or held + layout.world_size <= self.max_gpus
+
     def free_gpus(self) -> dict[str, int]:
         """GPUs per node that no gang holds; a gang still being placed is charged to the emptiest nodes."""
         free = dict(self.cluster)
@@ -209,22 +217,28 @@ class Scheduler:
     def _starving(self) -> bool:
         have = Counter(g.layout for g in self.gangs.values())
         free = self.free_gpus()
-        return any(q and not have[lay] and not fits(lay, free) for lay, q in self.queues.items())
+        held = self.held_gpus()
+        return any(q and not have[lay] and not (fits(lay, free) and self._under_cap(lay, held))
+                   for lay, q in self.queues.items())
 
     def _grow(self) -> list[Action]:
-        """New gangs where the queues want them and the free GPUs allow (none while a reservation is
-        pending: until it is placed, which GPUs are free is not known)."""
+        """New gangs where the queues want them and the free GPUs (and ``max_gpus``) allow; none while a
+        reservation is pending: until it is placed, which GPUs are free is not known."""
         if self.in_phase(GangPhase.RESERVING):
             return []
         running = Counter(g.layout for g in self.gangs.values())
         queued = {lay: len(self.queues.get(lay, ())) + self.expected[lay] for lay in {*self.queues, *self.expected}}
         out: list[Action] = []
+        held = self.held_gpus()
         for layout, _ in plan_gangs(self.free_gpus(), queued, running):
+            if not self._under_cap(layout, held):
+                continue
+            held += layout.world_size
             gang = GangState(self._name(layout), layout)
             self.gangs[gang.name] = gang
             out.append(Reserve(gang.name, layout))
         self.stats["peak_gangs"] = max(self.stats["peak_gangs"], len(self.gangs))
-        self.stats["peak_gpus"] = max(self.stats["peak_gpus"], sum(g.layout.world_size for g in self.gangs.values()))
+        self.stats["peak_gpus"] = max(self.stats["peak_gpus"], self.held_gpus())
         return out
 
     def _restart(self, name: str) -> Restart:
@@ -235,6 +249,9 @@ class Scheduler:
         return Restart(name, gang.name)
 
     def _check_room(self, layout: Layout) -> None:
+        if self.max_gpus is not None and layout.world_size > self.max_gpus:
+            raise SchedulingError(f"ray.max_gpus: a gang of {layout} needs {layout.world_size} GPUs; the run may "
+                                  f"hold {self.max_gpus}")
         if not fits(layout, self.cluster):
             key = "hardware.world_sizes" if layout.nodes == 1 else "hardware.spread"
             raise SchedulingError(f"{key}: {no_room(layout, self.cluster)}")

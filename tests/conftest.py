@@ -69,21 +69,52 @@ def shared_harness(problems, cache_dir, tmp_path_factory):
         h.close()
 
 
-@contextlib.contextmanager
-def local_ray(gpus: int):
-    """A local Ray with ``gpus`` logical GPUs, its processes setting no CUDA_VISIBLE_DEVICES (as gangs want)."""
-    import ray
+class SharedRay:
+    """The session's Ray cluster (tests/shared_ray.py): two nodes, 6 + 2 logical GPUs, API keys kept
+    from its processes. ``joined()`` connects this process; ``overrides(gpus)`` are a sweep's keys for
+    joining it with the GPUs its own local Ray would have had."""
 
-    from pkb_ray.cluster import NOSET_CUDA
+    def __init__(self, work: Path):
+        import json
+        import subprocess
+        import sys
 
-    os.environ[NOSET_CUDA] = "1"
-    # metrics reach the node's Prometheus endpoint within 1 s instead of Ray's 10 (tests scrape it)
-    os.environ.setdefault("RAY_metrics_report_interval_ms", "1000")
-    ray.init(address="local", num_cpus=4, num_gpus=gpus, include_dashboard=False, configure_logging=False, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("shared_ray.py")), str(work)],
+                                     cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     env=self.env(dict(os.environ, RAY_DISABLE_USAGE_STATS="1")))
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"tests/shared_ray.py exited with {self.proc.wait()} before its cluster was up")
+        self.info = json.loads(line)
+        self.address = self.info["address"]
+
+    def overrides(self, gpus: int = 2) -> list[str]:
+        return [f"ray.address={self.address}", f"ray.max_gpus={gpus}"]
+
+    @staticmethod
+    def env(base: dict | None = None) -> dict:
+        return dict(os.environ if base is None else base, RAY_AUTH_MODE="disabled")
+
+    @contextlib.contextmanager
+    def joined(self):
+        import ray
+
+        ray.init(address=self.address, configure_logging=False, log_to_driver=False)
+        try:
+            yield self
+        finally:
+            ray.shutdown()
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="session")
+def shared_ray(tmp_path_factory):
+    ray_cluster = SharedRay(tmp_path_factory.mktemp("shared_ray"))
+    yield ray_cluster
+    ray_cluster.close()
 
 
 def pid_alive(pid: int) -> bool:

@@ -15,16 +15,17 @@ from pkb_ray.results import read_results
 from pkb_ray.schema import Result, Where
 
 
-def run(tmp_path, *overrides):
-    env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
+def run(tmp_path, *overrides, env=None):
+    env = dict(env or os.environ, RAY_DISABLE_USAGE_STATS="1")
     return subprocess.run(
         [sys.executable, "-m", "pkb_ray.baselines", f"hydra.run.dir={tmp_path / 'run'}", f"cache_dir={tmp_path / 'c'}",
          f"baselines_dir={tmp_path / 'baselines'}", "eval.rounds=20", "eval.timeout_s=30", *overrides],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_baselines_are_measured_recorded_and_merged(tmp_path):
-    first = run(tmp_path, "problems=smoke", "hardware.world_sizes=[2,3]", "hardware.gpus_per_node=3")
+def test_baselines_are_measured_recorded_and_merged(tmp_path, shared_ray):
+    first = run(tmp_path, "problems=smoke", "hardware.world_sizes=[2,3]", "hardware.gpus_per_node=3",
+                *shared_ray.overrides(3), env=shared_ray.env())
     assert first.returncode == 0, first.stderr[-3000:]
     rows = baselines.load(tmp_path / "baselines", "cpu_gloo")
     assert {(r["problem_id"], r["world_size"]) for r in rows} == {

@@ -1,6 +1,5 @@
 """The CUDA path on a machine without a GPU: real nvcc builds, the cache, the compile stage."""
 
-import os
 from pathlib import Path
 
 import pytest
@@ -8,7 +7,6 @@ import ray
 
 from conftest import HOSTILE, REPO
 from pkb_ray.config import SweepConfig
-from pkb_ray.cluster import NOSET_CUDA
 from pkb_ray.cuda import ENV_ARCH, ENV_CACHE, BuildSpec, CudaBuildError, build, find_sources, load_cuda
 from pkb_ray.names import Status
 from pkb_ray.pipeline import run_pipeline, sample_stream
@@ -49,11 +47,9 @@ def test_a_broken_source_gives_the_compilers_message(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    os.environ[NOSET_CUDA] = "1"
-    ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+def cluster(shared_ray):
+    with shared_ray.joined():
+        yield
 
 
 def test_the_compile_stage_builds_each_source_once_and_reports_errors(cluster, tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from conftest import REPO, local_ray, pid_alive, rank_processes_left
+from conftest import REPO, pid_alive, rank_processes_left
 from pkb_ray.config import SweepConfig
 from pkb_ray.names import Status
 from pkb_ray.placement import Layout
@@ -24,15 +24,15 @@ COPY = REPO / "samples/replay/all_reduce/00_reference_copy.py"
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    with local_ray(GPUS):
+def cluster(shared_ray):
+    with shared_ray.joined():  # the session's cluster, of which the gangs may hold GPUS
         yield
 
 
 def config(tmp_path: Path) -> SweepConfig:
     return SweepConfig.model_validate({
         "eval": {"trials": 2, "timing_sets": 2, "warmup": 2, "rounds": 5, "timeout_s": 20.0, "prewarm": 1},
-        "hardware": {"world_sizes": [2], "gpus_per_node": GPUS},
+        "hardware": {"world_sizes": [2], "gpus_per_node": GPUS}, "ray": {"max_gpus": GPUS},
         "cache_dir": str(tmp_path / "cache"),
     })
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from conftest import HOSTILE, REPO, local_ray, rank_processes, rank_processes_left
+from conftest import HOSTILE, REPO, rank_processes, rank_processes_left
 from pkb_ray.config import SweepConfig
 from pkb_ray.names import Status
 from pkb_ray.stages.gang_pool import GangPool
@@ -21,15 +21,15 @@ GPUS = 6
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    with local_ray(GPUS):
+def cluster(shared_ray):
+    with shared_ray.joined():  # the session's cluster, of which the gangs may hold GPUS
         yield
 
 
 def config(tmp_path: Path, world_sizes: list[int], timeout_s: float = 8.0) -> SweepConfig:
     return SweepConfig.model_validate({
         "eval": {"trials": 2, "timing_sets": 2, "warmup": 2, "rounds": 5, "timeout_s": timeout_s, "prewarm": 1},
-        "hardware": {"world_sizes": world_sizes, "gpus_per_node": GPUS},
+        "hardware": {"world_sizes": world_sizes, "gpus_per_node": GPUS}, "ray": {"max_gpus": GPUS},
         "cache_dir": str(tmp_path / "cache"),
     })
 
@@ -157,13 +157,14 @@ def test_the_compile_actors_are_named_for_the_dashboard(cluster, tmp_path, probl
 
 
 def scrape(metric: str, within_s: float = 30.0) -> str:
-    """Lines of ``metric`` on this node's Prometheus endpoint, once Ray has exported them."""
+    """Lines of ``metric`` on the nodes' Prometheus endpoints, once Ray has exported them."""
     import urllib.request
 
-    port = ray.nodes()[0]["MetricsExportPort"]
+    ports = [n["MetricsExportPort"] for n in ray.nodes() if n["Alive"]]
     deadline = time.monotonic() + within_s
     while True:
-        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        body = "\n".join(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+                         for port in ports)
         lines = "\n".join(line for line in body.splitlines() if line.startswith(metric))
         if lines or time.monotonic() > deadline:
             return lines

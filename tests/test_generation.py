@@ -185,9 +185,9 @@ def _scripted_model(body: dict, n: int):
     return 200, completion("I would use a one-shot kernel, but I am not sure how to write it.")
 
 
-def test_sweep_generates_evaluates_and_refines_over_two_rounds(tmp_path):
+def test_sweep_generates_evaluates_and_refines_over_two_rounds(tmp_path, shared_ray):
     secret = "sk-test-do-not-leak-123"
-    env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1", PKB_FAKE_KEY=secret)
+    env = shared_ray.env(dict(os.environ, RAY_DISABLE_USAGE_STATS="1", PKB_FAKE_KEY=secret))
     run_dir = tmp_path / "run"
     with Endpoint(_scripted_model) as ep:
         done = subprocess.run(
@@ -195,7 +195,8 @@ def test_sweep_generates_evaluates_and_refines_over_two_rounds(tmp_path):
              "model=vllm_local", f"model.base_url={ep.base_url}", "model.name=fake", "model.api_key_env=PKB_FAKE_KEY",
              "model.samples_per_problem=2", "model.refine_rounds=2", "model.concurrency=2", "backend=torch",
              "model.refine_below_speedup=0.01",  # a copy of the reference is as fast: only failures go back
-             "problems.ids=[all_reduce]", "eval.timeout_s=10", "eval.rounds=20", f"cache_dir={tmp_path / 'cache'}"],
+             "problems.ids=[all_reduce]", "eval.timeout_s=10", "eval.rounds=20", f"cache_dir={tmp_path / 'cache'}",
+             *shared_ray.overrides(2)],
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     # 2 first answers, then only the 2 that failed went back, once: round 2 had nothing left to refine
@@ -229,7 +230,7 @@ def test_sweep_generates_evaluates_and_refines_over_two_rounds(tmp_path):
              "model.samples_per_problem=2", "model.refine_rounds=2", "model.refine_below_speedup=0.01",
              "backend=torch", "problems.ids=[all_reduce]", "eval.timeout_s=10", "eval.rounds=20",
              f"cache_dir={tmp_path / 'cache'}",
-             f"generated_dir={run_dir / 'generated'}", f"results_dir={run_dir / 'results'}"],
+             f"generated_dir={run_dir / 'generated'}", f"results_dir={run_dir / 'results'}", *shared_ray.overrides(2)],
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
     assert ep2.requests == [] and (again.stdout + again.stderr).count("nothing left to evaluate") == 2  # the first round, and round 1

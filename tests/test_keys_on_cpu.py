@@ -1,16 +1,14 @@
 """API keys stay in the driver: a local Ray started by ``start_ray`` hands none to its tasks and
-actors, lets Ray's own ``RAY_*`` settings through, and the driver keeps its keys."""
+actors, lets Ray's own ``RAY_*`` settings through, and the driver keeps its keys. The local Ray is
+the session's (tests/shared_ray.py), started with the keys below in its driver's environment; a node
+that joins it is started the same way."""
 
 import os
 
 import ray
 
 from pkb_ray import cluster
-from pkb_ray.config import SweepConfig
-
-CANARIES = {"OPENAI_API_KEY": "sk-test-canary-openai", "WANDB_API_KEY": "wandb-canary-0123",
-            "HF_TOKEN": "hf_canary_token", "DB_PASSWORD": "canary-password",
-            "PKB_LLM_ACCESS": "canary-named-by-api-key-env"}  # no deny word: caught as model.api_key_env
+from shared_ray import CANARIES, PASSING
 
 
 def test_secret_names_on_a_plain_dict():
@@ -41,29 +39,24 @@ def leaked(env: dict) -> list[str]:
     return sorted(k for k, v in env.items() if any(c in v for c in CANARIES.values()))
 
 
-def test_a_local_ray_starts_without_the_drivers_keys(monkeypatch, tmp_path):
-    for k, v in CANARIES.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setenv("RAY_PKB_TEST_TOKEN", "ray-setting-passes")  # a deny word, but Ray's own prefix
-    monkeypatch.setenv("PKB_TEST_PLAIN", "plain-passes")
-    monkeypatch.setenv(cluster.NOSET_CUDA, "1")  # start_ray sets it; monkeypatch undoes it after
-    cfg = SweepConfig.model_validate({"model": {"api_key_env": "PKB_LLM_ACCESS"}, "eval": {"isolation": "none"},
-                                      "ray": {"num_cpus": 2, "include_dashboard": False},
-                                      "cache_dir": str(tmp_path / "cache")})
-    ray.shutdown()
-    try:
-        cluster.start_ray(cfg)
-        assert {k: os.environ.get(k) for k in CANARIES} == CANARIES  # the driver keeps them
-        actor = EnvActor.remote()
-        envs = {"task": ray.get(task_env.remote()), "actor": ray.get(actor.env.remote())}
+def test_a_local_ray_starts_without_the_drivers_keys(shared_ray):
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    assert shared_ray.info["driver_kept_keys"]  # start_ray took them out for Ray's processes only
+    with shared_ray.joined():
+        nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+        assert len(nodes) == 2
+        envs = {}
+        for i, node in enumerate(nodes):  # on the head and on the node that joined it
+            on = NodeAffinitySchedulingStrategy(node, soft=False)
+            actor = EnvActor.options(scheduling_strategy=on).remote()
+            envs[f"task {i}"] = ray.get(task_env.options(scheduling_strategy=on).remote())
+            envs[f"actor {i}"] = ray.get(actor.env.remote())
         for where, env in envs.items():
             assert leaked(env) == [] and not set(CANARIES) & set(env), where
-            assert env.get("RAY_PKB_TEST_TOKEN") == "ray-setting-passes", where
-            assert env.get("PKB_TEST_PLAIN") == "plain-passes", where
+            assert {k: env.get(k) for k in PASSING} == PASSING, where
         # what a joined cluster's driver checks: secret-looking env_vars of a runtime env (here a task's)
         with_keys = warned_in_worker.options(runtime_env={"env_vars": {"OPENAI_API_KEY": "sk-x", "PKB_LLM_ACCESS": "y",
                                                                        "RAY_PKB_TOKEN": "z", "OMP": "1"}})
         assert ray.get(with_keys.remote()) == ["OPENAI_API_KEY", "PKB_LLM_ACCESS"]
         assert cluster.warn_secrets_in_job_env("PKB_LLM_ACCESS") == []  # this job sets none
-    finally:
-        ray.shutdown()

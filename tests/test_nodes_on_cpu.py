@@ -1,21 +1,17 @@
-"""Gangs spread over nodes, on a Ray cluster of two fake nodes (ray.cluster_utils.Cluster) with gloo.
-
-Each node has 2 logical GPUs. A 2x1 gang has rank 0 on one node and rank 1 on the other, a 2x2
+"""Gangs spread over nodes, on a Ray cluster of two fake nodes (the session's: tests/shared_ray.py) with
+gloo. The gangs use 2 logical GPUs of each. A 2x1 gang has rank 0 on one node and rank 1 on the other, a 2x2
 gang ranks 0-1 and 2-3; the remote ranks are started by a RankHost actor on their node, and their
 files travel through Ray (the fake nodes share a disk, but every remote rank works in its host's
 own folder, so nothing is found by accident).
 """
 
-import os
 from pathlib import Path
 
 import pytest
 import ray
-from ray.cluster_utils import Cluster
 
 from conftest import REPO, rank_processes_left
 from pkb_ray.config import EvalConfig, HardwareConfig, SweepConfig
-from pkb_ray.cluster import NOSET_CUDA
 from pkb_ray.harness import Harness
 from pkb_ray.names import Status
 from pkb_ray.placement import Layout
@@ -39,15 +35,9 @@ def solution(*args):
 
 
 @pytest.fixture(scope="module")
-def two_nodes():
-    os.environ[NOSET_CUDA] = "1"
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 2})
-    cluster.add_node(num_cpus=2, num_gpus=2)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, configure_logging=False, log_to_driver=False)
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+def two_nodes(shared_ray):
+    with shared_ray.joined():  # the session's cluster: a head and a node of 2 GPUs
+        yield
 
 
 def sample(source: str, index: int) -> Sample:
@@ -92,12 +82,12 @@ def test_a_rank_set_spread_over_two_nodes_judges_samples_like_one_node(two_nodes
 
 
 def test_the_pool_places_spread_gangs_on_distinct_nodes_in_rank_order(two_nodes, tmp_path):
-    from ray.util.state import list_actors
+    from ray._private.state import actors as actor_table  # the GCS's, no dashboard needed
 
     cfg = SweepConfig.model_validate({
         "eval": {"trials": 2, "timing_sets": 2, "warmup": 2, "rounds": 5, "timeout_s": 20, "prewarm": 0},
         "hardware": {"world_sizes": [2], "gpus_per_node": 2, "nodes": 2, "spread": ["2x1", "2x2"]},
-        "cache_dir": str(tmp_path / "cache"),
+        "ray": {"max_gpus": 4}, "cache_dir": str(tmp_path / "cache"),
     })
     assert cfg.hardware.layouts == [Layout(1, 2), Layout(2, 1), Layout(2, 2)]
     tasks = [EvalTask(sample(COPY, 0), Where(Layout(2, 1))), EvalTask(sample(DIES_ON_LAST_RANK, 1), Where(Layout(2, 1))),
@@ -114,9 +104,9 @@ def test_the_pool_places_spread_gangs_on_distinct_nodes_in_rank_order(two_nodes,
     assert results[(0, 2, 2)].gang.startswith("gang-2x1-") and results[(2, 2, 4)].gang.startswith("gang-2x2-")
     assert results[(3, 1, 2)].gang.startswith("gang-w2-")
     # each spread gang had its actor on one node and a RankHost on the other
-    actors = list_actors(detail=True, limit=1000)
+    actors = actor_table().values()
     for result in (results[(0, 2, 2)], results[(2, 2, 4)]):
-        nodes = {a.name: a.node_id for a in actors if a.name in (result.gang, f"{result.gang}-host1")}
+        nodes = {a["Name"]: a["Address"]["NodeID"] for a in actors if a["Name"] in (result.gang, f"{result.gang}-host1")}
         assert len(nodes) == 2 and len(set(nodes.values())) == 2, nodes
     assert rank_processes_left(tmp_path / "cache", clean=True) == []
 
@@ -128,7 +118,7 @@ def test_baselines_inside_one_node_and_across_two(two_nodes, tmp_path):
         "eval": {"trials": 2, "timing_sets": 2, "warmup": 2, "rounds": 5, "timeout_s": 20, "prewarm": 0},
         "hardware": {"world_sizes": [2], "gpus_per_node": 2, "nodes": 2, "spread": ["2x1"], "link_gbps": 5.0,
                      "network_gbps": 0.5},
-        "cache_dir": str(tmp_path / "cache"),
+        "ray": {"max_gpus": 4}, "cache_dir": str(tmp_path / "cache"),
     })
     # through the run's pipeline, on the fake cluster: one-node gangs and spread ones alike
     rows = baselines.measure(cfg, load_problems(), ["all_gather", "all_reduce"], tmp_path / "results", tmp_path / "b")

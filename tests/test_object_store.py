@@ -187,16 +187,17 @@ def test_the_report_reads_a_bucket_of_results_or_of_run_folders(s3, tmp_path):
     assert report([f"s3://{bucket}/empty", "--out", str(tmp_path / "page")]) == 2
 
 
-def test_a_sweep_writes_into_the_bucket_and_a_rerun_resumes_from_it(s3, s3_server, tmp_path):
+def test_a_sweep_writes_into_the_bucket_and_a_rerun_resumes_from_it(s3, s3_server, tmp_path, shared_ray):
     bucket, fs = s3
     shipped = [r for r in read_samples(REPO / "samples" / "replay") if r["problem_id"] == "broadcast"]
     target = f"s3://{bucket}/sweep"
-    env = dict(os.environ, **CREDENTIALS, AWS_ENDPOINT_URL_S3=s3_server, RAY_DISABLE_USAGE_STATS="1")
+    env = shared_ray.env(dict(os.environ, **CREDENTIALS, AWS_ENDPOINT_URL_S3=s3_server, RAY_DISABLE_USAGE_STATS="1"))
 
     def sweep(run: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "pkb_ray.sweep", f"hydra.run.dir={tmp_path / run}",
                                "ray.include_dashboard=false", "eval.timeout_s=8", "eval.rounds=10",
-                               f"cache_dir={tmp_path / 'cache'}", "problems.ids=[broadcast]", f"results_dir={target}"],
+                               f"cache_dir={tmp_path / 'cache'}", "problems.ids=[broadcast]", f"results_dir={target}",
+                               *shared_ray.overrides(2)],
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
 
     first = sweep("run1")

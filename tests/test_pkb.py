@@ -140,7 +140,7 @@ def test_pkbs_rule_beside_pkb_rays():
     assert not pkb_agrees(e, (torch.ones(5), {"n": 3})) and not pkb_agrees(e, (torch.ones(4), {"n": 4}))
 
 
-def test_a_sweep_over_pkb_problems_and_solutions_gives_both_verdicts(tmp_path):
+def test_a_sweep_over_pkb_problems_and_solutions_gives_both_verdicts(tmp_path, shared_ray):
     import os
     import subprocess
     import sys
@@ -152,8 +152,9 @@ def test_a_sweep_over_pkb_problems_and_solutions_gives_both_verdicts(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "pkb_ray.sweep", f"hydra.run.dir={run_dir}", "ray.include_dashboard=false",
          "problems=pkb", f"pkb.root={CHECKOUT}", f"pkb.shim_dir={tmp_path / 'shims'}", f"model.samples={SOLUTIONS}",
-         "eval.dtype=float32", "eval.timeout_s=20", "eval.rounds=10", f"cache_dir={tmp_path / 'cache'}"],
-        cwd=tmp_path, env=dict(os.environ, RAY_DISABLE_USAGE_STATS="1"), capture_output=True, text=True, timeout=900)
+         "eval.dtype=float32", "eval.timeout_s=20", "eval.rounds=10", f"cache_dir={tmp_path / 'cache'}",
+         *shared_ray.overrides(2)],
+        cwd=tmp_path, env=shared_ray.env(dict(os.environ, RAY_DISABLE_USAGE_STATS="1")), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     df = read_results(run_dir / "results")
     mine = df[df["model"] == "tiny-model"]

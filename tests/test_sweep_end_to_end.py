@@ -40,8 +40,8 @@ def sweep_cmd(tmp_path, run_dir, *overrides) -> list[str]:
             "eval.timeout_s=8", "eval.rounds=30", f"cache_dir={tmp_path / 'cache'}", *overrides]
 
 
-def sweep(tmp_path, run_dir, *overrides):
-    return subprocess.run(sweep_cmd(tmp_path, run_dir, *overrides), cwd=tmp_path, env=ENV, capture_output=True,
+def sweep(tmp_path, run_dir, *overrides, env=ENV):
+    return subprocess.run(sweep_cmd(tmp_path, run_dir, *overrides), cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=900)
 
 
@@ -70,14 +70,17 @@ class ShippedRun:
 
 
 @pytest.fixture(scope="module")
-def shipped(tmp_path_factory) -> ShippedRun:
+def shipped(tmp_path_factory, shared_ray) -> ShippedRun:
+    """Phases 1, 3 and 4 join the session's cluster; phase 2 starts a local Ray of its own, which must
+    die with its driver."""
     tmp = tmp_path_factory.mktemp("shipped")
     run = ShippedRun(results=tmp / "results", run_dir=tmp / "run3")
     results_arg = f"results_dir={run.results}"
+    joined, joined_env = [results_arg, *shared_ray.overrides(2)], shared_ray.env(ENV)
     # 1. SIGTERM (a scheduler's stop, `timeout`) once the driver has said it has 3 results
     log = tmp / "driver1.log"
     with open(log, "w") as out:
-        driver = subprocess.Popen(sweep_cmd(tmp, tmp / "run1", results_arg), cwd=tmp, env=ENV, stdout=out,
+        driver = subprocess.Popen(sweep_cmd(tmp, tmp / "run1", *joined), cwd=tmp, env=joined_env, stdout=out,
                                   stderr=subprocess.STDOUT)
         progress = re.compile(r"\[(\d+) evaluated, (\d+) results\]")
         deadline = time.monotonic() + 300
@@ -104,8 +107,8 @@ def shipped(tmp_path_factory) -> ShippedRun:
     run.killed_survivors = [_cmdline(p) for p, st in run.killed_tree.items() if reaper._running(p, st)]
     run.after_kill = read_results(run.results)
     # 3. a resume that finishes; 4. the same again: nothing left
-    run.finish = sweep(tmp, run.run_dir, results_arg)
-    run.again = sweep(tmp, tmp / "run4", results_arg)
+    run.finish = sweep(tmp, run.run_dir, *joined, env=joined_env)
+    run.again = sweep(tmp, tmp / "run4", *joined, env=joined_env)
     return run
 
 
@@ -198,15 +201,17 @@ def test_the_same_sweep_again_skips_every_sample_and_writes_none_twice(shipped):
 
 
 @pytest.fixture(scope="module")
-def multirun(tmp_path_factory):
-    """``-m`` over two models, each job a size sweep of broadcast's two shipped samples timed both ways."""
+def multirun(tmp_path_factory, shared_ray):
+    """``-m`` over two models, each job a size sweep of broadcast's two shipped samples timed both ways,
+    both on the session's cluster."""
     tmp = tmp_path_factory.mktemp("multirun")
     sweep_dir = tmp / "multi"
     proc = subprocess.run(
         [sys.executable, "-m", "pkb_ray.sweep", "-m", f"hydra.sweep.dir={sweep_dir}", "ray.include_dashboard=false",
          "eval.timeout_s=8", "eval.rounds=10", f"cache_dir={tmp / 'cache'}", "problems.ids=[broadcast]",
-         "eval.sizes=[small,{numel:8192}]", "eval.timing_mode=both", "model.name=alpha,beta"],
-        cwd=tmp, env=ENV, capture_output=True, text=True, timeout=900)
+         "eval.sizes=[small,{numel:8192}]", "eval.timing_mode=both", "model.name=alpha,beta",
+         *shared_ray.overrides(2)],
+        cwd=tmp, env=shared_ray.env(ENV), capture_output=True, text=True, timeout=900)
     jobs = sorted(p for p in sweep_dir.iterdir() if p.is_dir() and (p / "results").is_dir()) \
         if sweep_dir.is_dir() else []
     return proc, sweep_dir, jobs
@@ -227,9 +232,9 @@ def test_a_multirun_sweep_runs_each_combination_as_a_job_grouped_in_wandb(multir
         job_types.add(wandb_files.run_record(run_file).job_type)
         assert wandb_files.summary(run_file)["n"] == 4
     assert groups == {sweep_dir.name} and job_types == {jobs[0].name[2:], jobs[1].name[2:]}
-    # the second job evaluated on the local Ray the first one started (the same settings): one start
+    # both joined the cluster they were given; neither started a Ray of its own
     said = proc.stdout + proc.stderr
-    assert said.count("using the local Ray an earlier job of this sweep started") == 1, said[-3000:]
+    assert "Started a local Ray instance" not in said and "using the local Ray" not in said, said[-3000:]
     # one page over the sweep: the folder as it is, or its entries as a shell glob gives them
     # (multirun.yaml among them, which made the script fail before)
     assert (sweep_dir / "multirun.yaml").is_file()
@@ -237,6 +242,12 @@ def test_a_multirun_sweep_runs_each_combination_as_a_job_grouped_in_wandb(multir
         out = subprocess.run([sys.executable, str(REPO / "scripts/report.py"), *args, "--out", str(tmp_path / "page")],
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0 and out.stdout.startswith("8 results"), out.stderr[-2000:]
+
+
+def test_the_next_job_of_a_multirun_uses_the_local_ray_the_last_one_started(shared_ray):
+    """The session's cluster was started as a sweep's local Ray, then a job ended as a multirun's jobs
+    do (``end_job(keep=True)``) and the next one (the same settings) joined: the same Ray, not a new one."""
+    assert shared_ray.info["next_job_reused_it"]
 
 
 def test_a_size_sweep_keys_rows_by_size_and_draws_them_against_bytes(multirun):

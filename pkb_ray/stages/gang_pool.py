@@ -141,7 +141,7 @@ class GangPool:
         """Each task with its result, as they finish; tasks may keep arriving while gangs work (a TaskFeed).
         ``expected``: how many tasks of each layout will come, so their gangs start before the first does."""
         feed = tasks if isinstance(tasks, TaskFeed) else TaskFeed(tasks)
-        self.scheduler = Scheduler(node_gpus())
+        self.scheduler = Scheduler(node_gpus(), max_gpus=self.cfg.ray.max_gpus)
         if expected:
             self._carry_out(self.scheduler.expect(expected))
         while True:

@@ -114,3 +114,25 @@ def test_announced_tasks_get_their_gangs_before_they_arrive_and_count_once():
 def test_announcing_a_layout_the_cluster_cannot_hold_fails_at_once():
     with pytest.raises(SchedulingError, match="hardware.world_sizes"):
         Scheduler({"n0": 2}).expect({W4: 1})
+
+
+def test_max_gpus_caps_what_the_gangs_hold_at_once_on_a_larger_cluster():
+    s = Scheduler({"n0": 8, "n1": 8}, max_gpus=4)
+    reserve = of(s.tasks_arrived([(f"s{i}", W2) for i in range(10)]), Reserve)
+    assert len(reserve) == 2 and s.held_gpus() == 4  # 16 free, but the run may hold 4
+    up(s, reserve)
+    assert s.stats["peak_gpus"] == 4 and of(s.tasks_arrived([("late", W2)]), Reserve) == []
+
+
+def test_under_max_gpus_an_idle_gang_gives_way_to_a_layout_the_cap_leaves_no_room_for():
+    s = Scheduler({"n0": 8}, max_gpus=4)
+    d = of(up(s, s.tasks_arrived([("a", W2)])), Dispatch)
+    assert of(s.tasks_arrived([("big", W4)]), Reserve) == []  # 6 GPUs free, but 2 + 4 > 4
+    after = s.result(d[0].gang)
+    assert of(after, Stop) == [Stop(d[0].gang)] and [r.layout for r in of(after, Reserve)] == [W4]
+
+
+def test_a_layout_larger_than_max_gpus_fails_naming_the_key():
+    s = Scheduler({"n0": 8}, max_gpus=2)
+    with pytest.raises(SchedulingError, match=r"ray.max_gpus: a gang of 1x4 needs 4 GPUs; the run may hold 2"):
+        s.tasks_arrived([("big", W4)])

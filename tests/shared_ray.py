@@ -1,0 +1,82 @@
+"""The test session's one Ray cluster: a head started by ``pkb_ray.cluster.start_ray`` and a second
+node that joins it (``ray start --address``), both on this machine.
+
+Starting Ray costs 5-10 s of the 2 CPUs a test run has, so the tests that need a cluster share this
+one (conftest's ``shared_ray`` fixture starts it once, on first use): in-process tests join it with
+``ray.init(address=...)``, sweeps get ``ray.address=<it> ray.max_gpus=<what their local Ray would
+have had>``. Tests run one at a time, so each job has the cluster to itself; a job's actors and
+placement groups go when its driver disconnects.
+
+The head is started the way a sweep starts its local Ray, with API keys in the environment
+(``CANARIES``): tests/test_keys_on_cpu.py checks that no task or actor on either node sees them.
+The second node makes the spread layouts of tests/test_nodes_on_cpu.py possible. Before it joins,
+the helper ends a job and starts the next as a Hydra multirun's jobs do (``cluster.end_job(keep=True)``,
+then ``join_or_start``): the next job must get the same local Ray. The cluster asks for no token
+(``RAY_AUTH_MODE=disabled``, set by conftest): a driver reads the mode when Ray is imported.
+
+Run as ``python tests/shared_ray.py WORK_DIR``: prints one JSON line (``address``, ``nodes``,
+``driver_kept_keys``, ``next_job_reused_it``) once both nodes are up, then holds the cluster until stdin closes.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HEAD_CPUS, HEAD_GPUS = 4, 6
+NODE_CPUS, NODE_GPUS = 0, 2  # no CPUs: compile actors and Ray Data's tasks stay on the head
+CANARIES = {"OPENAI_API_KEY": "sk-test-canary-openai", "WANDB_API_KEY": "wandb-canary-0123",
+            "HF_TOKEN": "hf_canary_token", "DB_PASSWORD": "canary-password",
+            "PKB_LLM_ACCESS": "canary-named-by-api-key-env"}  # no deny word: caught as model.api_key_env
+PASSING = {"RAY_PKB_TEST_TOKEN": "ray-setting-passes",  # a deny word, but Ray's own prefix
+           "PKB_TEST_PLAIN": "plain-passes"}
+
+
+def main(work: Path) -> None:
+    import ray
+
+    from pkb_ray import cluster
+    from pkb_ray.config import SweepConfig
+
+    os.environ.update(CANARIES)
+    os.environ.update(PASSING)
+    # metrics reach a node's Prometheus endpoint within 1 s instead of Ray's 10 (tests scrape it)
+    os.environ["RAY_metrics_report_interval_ms"] = "1000"
+    cfg = SweepConfig.model_validate({
+        "model": {"api_key_env": "PKB_LLM_ACCESS"}, "eval": {"isolation": "none"},
+        "ray": {"num_cpus": HEAD_CPUS, "num_gpus": HEAD_GPUS, "include_dashboard": False},
+        "hardware": {"gpus_per_node": HEAD_GPUS}, "cache_dir": str(work / "cache")})
+    cluster.start_ray(cfg)
+    kept = all(os.environ.get(k) == v for k, v in CANARIES.items())
+    address = ray.get_runtime_context().gcs_address
+    cluster.end_job(keep=True)  # as a job of a Hydra multirun ends; the next one, of the same settings:
+    cluster.join_or_start(cfg)
+    reused = ray.is_initialized() and ray.get_runtime_context().gcs_address == address
+    with cluster.without_secrets([cfg.model.api_key_env]):  # as the head's processes were started
+        node = subprocess.Popen([str(Path(sys.executable).parent / "ray"), "start", "--address", address,
+                                 "--num-cpus", str(NODE_CPUS), "--num-gpus", str(NODE_GPUS), "--block",
+                                 "--disable-usage-stats"], stdout=subprocess.DEVNULL,
+                                stderr=(work / "node.log").open("w"), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while sum(n["Alive"] for n in ray.nodes()) < 2:
+            if node.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the second node did not join: {(work / 'node.log').read_text()[-2000:]}")
+            time.sleep(0.2)
+        print(json.dumps({"address": address, "nodes": 2, "driver_kept_keys": kept,
+                          "next_job_reused_it": reused}), flush=True)
+        sys.stdin.read()  # until the session ends (or the test run dies: EOF as well)
+    finally:
+        os.killpg(node.pid, signal.SIGTERM)  # `ray start --block` stops its node's processes
+        try:
+            node.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(node.pid, signal.SIGKILL)
+        ray.shutdown()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
