@@ -17,7 +17,7 @@ own path (:func:`visible` lists them):
   CUDA toolkit (``CUDA_HOME``, ``CUDA_PATH``, nvcc's);
 - of ``/sys``: the CPUs' and NUMA nodes' topology; on GPU the device tree, buses, classes and
   modules that NVML, CUDA and NCCL's topology search read;
-- what the caller adds (problem folders, a PKB checkout, build caches, the job's folder).
+- what the caller adds (problem folders, an imported benchmark's checkout, build caches, the job's folder).
 
 A folder too broad to bind (``/``, an ancestor of HOME or of the checkout, /tmp, /etc, ...) is
 never bound, whichever list names it (:func:`too_broad`). The scratch (``/tmp``, ``/dev/shm``), ``/dev`` and a

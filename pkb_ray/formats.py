@@ -3,8 +3,9 @@
 A :class:`SampleFormat` says what its samples and problems need of the core's steps; the core asks
 the format named by a sample's ``metadata["format"]`` (or by ``problems.format``) and never tests
 for one by name. The native format (pkb_ray's problem files, replay folders, JSONL, Parquet) is
-:data:`NATIVE` and adds nothing; imported benchmarks live in their own packages and are listed in
-:data:`_REGISTRY`, loaded on first use (this module imports none of them). Hooks and their callers:
+:data:`NATIVE` and adds nothing; each imported benchmark is a subpackage of pkb_ray with a
+``format`` module whose ``FORMAT`` is its SampleFormat, named after the subpackage and loaded on
+first use (this module imports none of them and names none: :func:`_registry` finds them). Hooks and their callers:
 
 - :meth:`SampleFormat.read` (``samples.read_samples``): a folder of this format as sample rows;
 - :meth:`SampleFormat.annotate` (``samples.read_samples``): notes on rows that need the problems;
@@ -26,12 +27,12 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, Callable
 
 NATIVE_NAME = "native"
-# name -> "module:attribute" of its SampleFormat, imported on first use
-_REGISTRY: dict[str, str] = {NATIVE_NAME: "pkb_ray.formats:NATIVE", "pkb": "pkb_ray.pkb.format:FORMAT"}
+PACKAGE = Path(__file__).resolve().parent  # pkb_ray/: a subpackage with a format.py is a format
 
 
 @dataclass(frozen=True)
@@ -73,17 +74,23 @@ NATIVE = SampleFormat()
 _loaded: dict[str, SampleFormat] = {}
 
 
+@cache
+def _registry() -> tuple[str, ...]:
+    """The native format, then each subpackage of pkb_ray that has a ``format`` module, by name."""
+    found = (p.parent.name for p in PACKAGE.glob("*/format.py") if (p.parent / "__init__.py").is_file())
+    return (NATIVE_NAME, *sorted(found))
+
+
 def names() -> list[str]:
-    return list(_REGISTRY)
+    return list(_registry())
 
 
 def get(name: str) -> SampleFormat:
     """The format called ``name``; an unknown name is the native format (its rows are validated as such)."""
-    if name not in _REGISTRY:
+    if name == NATIVE_NAME or name not in _registry():
         return NATIVE
     if name not in _loaded:
-        module, _, attr = _REGISTRY[name].partition(":")
-        _loaded[name] = getattr(importlib.import_module(module), attr)
+        _loaded[name] = importlib.import_module(f"pkb_ray.{name}.format").FORMAT
     return _loaded[name]
 
 
@@ -93,7 +100,7 @@ def of(metadata: dict[str, Any] | None) -> SampleFormat:
 
 
 def every() -> list[SampleFormat]:
-    return [get(n) for n in _REGISTRY]
+    return [get(n) for n in _registry()]
 
 
 def second_verdict() -> SecondVerdict | None:

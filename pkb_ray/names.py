@@ -43,9 +43,9 @@ class Backend:
     """What a sample is written in (its ``backend``); each is a Python module defining solution(...)."""
 
     TORCH = "torch"
-    CUDA = "cuda"  # Python that builds CUDA sources (load_cuda, or ParallelKernelBench's load_inline)
+    CUDA = "cuda"  # Python that builds CUDA sources (load_cuda, or torch's load_inline)
     TRITON = "triton"
-    PARALLELKITTENS = "parallelkittens"  # ParallelKernelBench's ThunderKittens kernels (never generated)
+    PARALLELKITTENS = "parallelkittens"  # ThunderKittens kernels of an imported benchmark (never generated)
 
 
 BACKENDS = (Backend.TORCH, Backend.CUDA, Backend.TRITON, Backend.PARALLELKITTENS)

@@ -7,7 +7,7 @@ W CPU ranks (one process start for all of them), then compares each rank's outpu
 oracle's within the problem's tolerance, and checks that the reference left its inputs alone.
 A reference that disagrees with an independent computation of the same operation is a bug in
 the benchmark; a tolerance that an exact alternative cannot meet is one too. A problem imported
-from elsewhere that states no oracle (``NO_ORACLE``: ParallelKernelBench's) is probed instead: its
+from elsewhere that states no oracle (``NO_ORACLE``) is probed instead: its
 builder and reference run at W, a seed's inputs come out the same twice, its inputs are left alone,
 and a second call on the same inputs agrees with the first within the problem's tolerance (the
 reference against itself).
@@ -81,7 +81,7 @@ def _rank_main(rank: int, world_size: int, port: int, problems_dir: str, plan: l
                                                                    "input")
             outputs = to_cpu(tensor_io.canonical(out))
             again = None
-            if p.oracle is None:  # no oracle (PKB's problems): the reference against itself, on the same inputs
+            if p.oracle is None:  # no oracle (an imported problem): the reference against itself, on the same inputs
                 tol = p.tolerance(dtype_name)
                 again = compare(outputs, to_cpu(tensor_io.canonical(p.solution(*inputs_for(
                     p, size, rank, world_size, DTYPES[dtype_name], seed, device)))), tol.atol, tol.rtol, "output")
@@ -175,7 +175,7 @@ def check(problems: dict[str, Problem], ids: list[str], world_size: int, presets
             failures[key] = "the reference disagrees with itself on the same inputs: " + differs[0]
             continue
         p = problems[pid]
-        if p.oracle is None:  # an imported problem (PKB) that states none: it ran twice, alike, at this W
+        if p.oracle is None:  # an imported problem that states none: it ran twice, alike, at this W
             continue
         size = dict(p.meta.sizes[preset])
         inputs = [got[r]["inputs"] for r in range(world_size)]

@@ -133,7 +133,7 @@ class RankIsolation:
 
     level: str = sandbox.Isolation.NONE.value
     hide: tuple[str, ...] = ()  # masked where a shown folder holds them (results, secrets, the cache's key)
-    readable: tuple[str, ...] = ()  # problem folders, a PKB checkout, build caches
+    readable: tuple[str, ...] = ()  # problem folders, an imported benchmark's checkout, build caches
     writable: tuple[str, ...] = ()  # besides the rank set's own job folder
     gpu: bool = False
 

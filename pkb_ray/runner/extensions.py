@@ -1,7 +1,7 @@
-"""Torch extensions that samples build with ``load_inline`` (ParallelKernelBench's CUDA solutions).
+"""Torch extensions that samples build with ``load_inline`` (an imported benchmark's CUDA solutions).
 
-PKB's solutions call ``torch.utils.cpp_extension.load_inline`` (usually through PKB's
-``utils.cuda_helpers.compile_cuda_extension``) on their first call. A build takes 30-70 s of CPU,
+Such solutions call ``torch.utils.cpp_extension.load_inline`` (often through a helper of their
+benchmark that wraps it, ``compile_cuda_extension``) on their first call. A build takes 30-70 s of CPU,
 so the compile stage does it ahead, on CPU workers, and the rank only imports the result:
 
 - :func:`prebuild` (compile stage, outside any rank): a sandboxed child process imports the sample,
@@ -51,8 +51,8 @@ def builds_inline(source: str) -> bool:
 
 def arch_list(arch: str) -> str:
     """The TORCH_CUDA_ARCH_LIST torch would pick on a GPU of ``arch`` (``sm_90a`` -> ``9.0``): what
-    PKB's helper sets and what a bare ``load_inline`` gets there. No arch-specific suffix, so a
-    sample that needs ``sm_90a`` instructions fails to build as it does in PKB's harness."""
+    a benchmark's helper sets and what a bare ``load_inline`` gets there. No arch-specific suffix, so
+    a sample that needs ``sm_90a`` instructions fails to build as it does in its benchmark's harness."""
     m = re.fullmatch(r"(?:sm_|compute_)?(\d+)(\d)[a-z]?", arch.strip())
     return f"{m[1]}.{m[2]}" if m else arch
 
@@ -130,7 +130,7 @@ def install(prebuilt: Path | None, build_root: Path, arch_list: str | None = Non
 
     load_inline.__wrapped__ = original
     cpp_extension.load_inline = load_inline
-    # a helper imported before this hook (PKB's utils.cuda_helpers) bound the original by name
+    # a helper imported before this hook (a benchmark's helper module) bound the original by name
     for module in list(sys.modules.values()):
         if getattr(module, "load_inline", None) is original and module is not cpp_extension:
             module.load_inline = load_inline

@@ -1,5 +1,5 @@
 """What one reference call moves and computes on this rank, traced: a speed-of-light *estimate*
-for problems that state no bound of their own (PKB's: none is published).
+for problems that state no bound of their own (imported ones: none is published).
 
 Inside the call, ``torch.distributed``'s collectives and point-to-point calls count the bytes this
 rank must send (what its peers must receive from it: the bandwidth-optimal algorithms' volume, e.g.
