@@ -15,15 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from pkb_ray.ranks import RankIsolation, RankSet  # noqa: E402
+from pkb_ray.ranks import RankIsolation, RankSet
 
 
 def start_once(devices: list[str], backend: str, level: str, work: Path) -> float:

@@ -11,17 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pkb_ray.config import EvalConfig, HardwareConfig  # noqa: E402
-from pkb_ray.harness import Harness  # noqa: E402
-from pkb_ray.problem import load_problems  # noqa: E402
-from pkb_ray.schema import Sample  # noqa: E402
+from pkb_ray.config import EvalConfig, HardwareConfig
+from pkb_ray.harness import Harness
+from pkb_ray.problem import load_problems
+from pkb_ray.schema import Sample
 
 
 def run(zygote: bool, args, problems, work: Path) -> dict:

@@ -1,4 +1,5 @@
-"""`python -m pkb_ray.sweep` on the shipped replay set: a real local Ray, gloo ranks, Parquet, W&B offline.
+"""`python -m pkb_ray.sweep` on the shipped replay set: a real Ray (the session's, or a local one of the
+driver's own where the test is about that), gloo ranks, Parquet, W&B offline.
 
 Every shipped sample says which status it is made to produce (``# expect: ...``); together they
 cover the whole taxonomy, and each must get exactly its status.
