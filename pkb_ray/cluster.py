@@ -29,7 +29,7 @@ import ray
 from pkb_ray import reaper, sandbox
 from pkb_ray.config import ConfigError, SweepConfig
 from pkb_ray.paths import CONF_DIR
-from pkb_ray.placement import fits, no_room
+from pkb_ray.placement import fits, no_room, over_cap
 
 log = logging.getLogger(__name__)
 NOSET_CUDA = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
@@ -99,9 +99,8 @@ def local_gpus(cfg: SweepConfig) -> int | None:
 
 def _check_room(cfg: SweepConfig, gpus: dict[str, int]) -> None:
     for lay in cfg.hardware.layouts:
-        if cfg.ray.max_gpus is not None and lay.world_size > cfg.ray.max_gpus:
-            raise ConfigError(f"ray.max_gpus: a gang of {lay} needs {lay.world_size} GPUs; the run may hold "
-                              f"{cfg.ray.max_gpus}")
+        if why := over_cap(lay, cfg.ray.max_gpus):
+            raise ConfigError(f"ray.max_gpus: {why}")
         if not fits(lay, gpus):
             key = ("hardware.world_sizes" if lay.nodes == 1 else
                    f"hardware.spread.{cfg.hardware.spread_layouts.index(lay)}")

@@ -5,7 +5,8 @@ the format named by a sample's ``metadata["format"]`` (or by ``problems.format``
 for one by name. The native format (pkb_ray's problem files, replay folders, JSONL, Parquet) is
 :data:`NATIVE` and adds nothing; each imported benchmark is a subpackage of pkb_ray with a
 ``format`` module whose ``FORMAT`` is its SampleFormat, named after the subpackage and loaded on
-first use (this module imports none of them and names none: :func:`_registry` finds them). Hooks and their callers:
+first use (this module imports none of them and names none: :func:`_registry` finds them). Hooks
+and their callers:
 
 - :meth:`SampleFormat.read` (``samples.read_samples``): a folder of this format as sample rows;
 - :meth:`SampleFormat.annotate` (``samples.read_samples``): notes on rows that need the problems;

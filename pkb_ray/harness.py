@@ -362,8 +362,8 @@ class Harness:
         if self.cfg.timing_mode == TimingMode.BOTH:
             both = {f"{m}_{side}_time_us": t for m, sides in by_mode.items()
                     for side, (_, t) in zip(("ref", "cand"), sides)}
-        # the busiest rank's traced volume where the problem has no bound of its own (an imported one); no bound
-        # at all gives no fraction rather than 0
+        # the busiest rank's traced volume where the problem has no bound of its own (an imported one);
+        # no bound at all gives no fraction rather than 0
         traffic = Traffic(**{k: max(t[k] for t in traced.values()) for k in ("interconnect_bytes", "flops",
                                                                              "hbm_bytes")}) if traced else None
         sol_us = sol_time_us(problem, knobs, len(self.devices), dtype, self.hardware, nodes=self.nodes,

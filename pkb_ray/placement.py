@@ -91,6 +91,14 @@ def fits(layout: LayoutLike, node_gpus: Mapping[str, int]) -> bool:
     return sum(g >= lay.per_node for g in node_gpus.values()) >= lay.nodes
 
 
+def over_cap(layout: LayoutLike, max_gpus: int | None) -> str | None:
+    """Why a gang of ``layout`` can never start under a cap of ``max_gpus`` held at once (None: it can)."""
+    lay = Layout.of(layout)
+    if max_gpus is None or lay.world_size <= max_gpus:
+        return None
+    return f"a gang of {lay} needs {lay.world_size} GPUs; the run may hold {max_gpus}"
+
+
 def no_room(layout: LayoutLike, node_gpus: Mapping[str, int]) -> str:
     """Why a cluster cannot hold a gang of ``layout`` (for error messages)."""
     lay = Layout.of(layout)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping, Union
 
-from pkb_ray.placement import Layout, fits, no_room, plan_gangs
+from pkb_ray.placement import Layout, fits, no_room, over_cap, plan_gangs
 
 MAX_FAILED_STARTS = 3  # consecutive gang start failures before the pool gives up (an evaluator bug)
 
@@ -249,9 +249,8 @@ class Scheduler:
         return Restart(name, gang.name)
 
     def _check_room(self, layout: Layout) -> None:
-        if self.max_gpus is not None and layout.world_size > self.max_gpus:
-            raise SchedulingError(f"ray.max_gpus: a gang of {layout} needs {layout.world_size} GPUs; the run may "
-                                  f"hold {self.max_gpus}")
+        if why := over_cap(layout, self.max_gpus):
+            raise SchedulingError(f"ray.max_gpus: {why}")
         if not fits(layout, self.cluster):
             key = "hardware.world_sizes" if layout.nodes == 1 else "hardware.spread"
             raise SchedulingError(f"{key}: {no_room(layout, self.cluster)}")

@@ -113,8 +113,9 @@ class Result(BaseModel):
     sol_time_us: float | None = None  # speed-of-light lower bound for this problem/size/hardware
     sol_fraction: float | None = None  # sol_time_us / cand_time_us
     sol_source: str = ""  # "model": the problem's own bound; "traced": estimated from one reference call
-    # the imported benchmark's own rule on the same outputs (formats.SecondVerdict): allclose(1e-2) after a float cast, first call
-    # only, dtype and inputs not checked. None where no trial was compared (invalid, unsupported, ...)
+    # the imported benchmark's own rule on the same outputs (formats.SecondVerdict): allclose(1e-2)
+    # after a float cast, first call only, dtype and inputs not checked. None where no trial was compared
+    # (invalid, unsupported, ...)
     pkb_verdict: bool | None = None
     hardware: str = ""
     device_backend: str = ""  # gloo | nccl

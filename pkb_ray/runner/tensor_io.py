@@ -143,8 +143,8 @@ def canonical(value: Any) -> Any:
 
 
 def _canonical(value: Any) -> Any:
-    """What stands for values that are not data but carry some (imported problems' inputs and outputs hold them):
-    a process group is its ranks, a module its state, a sparse tensor its indices, values and shape."""
+    """What stands for values that are not data but carry some (imported problems' inputs and outputs
+    hold them): a process group is its ranks, a module its state, a sparse tensor its indices, values and shape."""
     if isinstance(value, torch.Tensor) and value.layout == torch.sparse_coo:
         value = value.detach().coalesce()
         return ("sparse_coo", value.indices(), value.values(), list(value.shape))
