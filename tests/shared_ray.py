@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-HEAD_CPUS, HEAD_GPUS = 4, 6
+HEAD_CPUS, HEAD_GPUS = 2, 6
 NODE_CPUS, NODE_GPUS = 0, 2  # no CPUs: compile actors and Ray Data's tasks stay on the head
 CANARIES = {"OPENAI_API_KEY": "sk-test-canary-openai", "WANDB_API_KEY": "wandb-canary-0123",
             "HF_TOKEN": "hf_canary_token", "DB_PASSWORD": "canary-password",
