@@ -17,7 +17,6 @@ and values in global order (causal). Inputs must not be modified.
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.nn.attention.bias import causal_lower_right
 
 from pkb_ray.problem import InputContext, Traffic
 from pkb_ray.problem_helpers import all_gather_single
@@ -57,6 +56,10 @@ def _heads_first(x: torch.Tensor) -> torch.Tensor:
 
 
 def solution(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    # imported here, not at the top: it imports torch._dynamo (1 s), and every process that loads
+    # the problem set would pay it
+    from torch.nn.attention.bias import causal_lower_right
+
     w, rank = dist.get_world_size(), dist.get_rank()
     tokens, heads, dim = q.shape
     c = tokens // 2

@@ -23,6 +23,18 @@ def test_first_problems_are_all_there():
     assert set(FIRST_COLLECTIVES) <= set(ALL)
 
 
+def test_loading_the_problem_set_imports_no_compiler_stack():
+    """Every driver, stream worker, compile actor and gang loads all problems: a problem that imports
+    torch._dynamo at its top (torch.nn.attention.bias does) made each of them pay a second for it."""
+    import subprocess
+    import sys
+
+    code = "import sys; from pkb_ray.problem import load_problems; load_problems(); print(sorted(" \
+           "m for m in sys.modules if m.startswith(('torch._dynamo', 'torch._inductor', 'triton'))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout[-2000:] + out.stderr[-2000:]
+
+
 @pytest.mark.parametrize("pid", PROBLEM_IDS)
 def test_problem_says_what_it_models_and_has_an_oracle(pid):
     p = ALL[pid]
