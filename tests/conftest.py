@@ -71,24 +71,49 @@ def shared_harness(problems, cache_dir, tmp_path_factory):
 
 class SharedRay:
     """The session's Ray cluster (tests/shared_ray.py): two nodes, 6 + 2 logical GPUs, API keys kept
-    from its processes. ``joined()`` connects this process; ``overrides(gpus)`` are a sweep's keys for
-    joining it with the GPUs its own local Ray would have had, ``env(base)`` its environment. The
-    cluster asks for no token (``RAY_AUTH_MODE=disabled``): a driver that joins reads the mode when
-    Ray is imported, so this process could not join one that asks."""
+    from its processes. ``joined()`` connects this process;
+    ``overrides(gpus)`` are a sweep's keys for joining it with the GPUs its own local Ray would have
+    had, ``env(base)`` its environment. The cluster asks for no token (``RAY_AUTH_MODE=disabled``):
+    a driver that joins reads the mode when Ray is imported, so this process could not join one that asks.
 
-    def __init__(self, work: Path):
+    One cluster for the whole run, also when pytest-xdist runs the tests in several processes: the
+    first to need it starts it (under a lock in the run's temporary folder, which its workers share)
+    and writes its address there; the others read it. It lives until the pytest process that runs
+    the session ends (``--until-pid``), and :func:`stop_shared_ray` stops it at the session's end."""
+
+    def __init__(self, root: Path):
+        import fcntl
+        import json
+
+        info = root / "shared_ray.json"
+        with open(root / "shared_ray.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not info.exists():
+                info.write_text(json.dumps(self._start(root / "shared_ray")))
+        self.info = json.loads(info.read_text())
+        self.address = self.info["address"]
+
+    def _start(self, work: Path) -> dict:
         import json
         import subprocess
         import sys
 
-        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("shared_ray.py")), str(work)],
-                                     cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     env=self.env(dict(os.environ, RAY_DISABLE_USAGE_STATS="1")))
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"tests/shared_ray.py exited with {self.proc.wait()} before its cluster was up")
-        self.info = json.loads(line)
-        self.address = self.info["address"]
+        work.mkdir()
+        out = work / "holder.out"
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        with open(out, "w") as stdout, open(work / "holder.log", "w") as stderr:
+            proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("shared_ray.py")), str(work),
+                                     "--until-pid", str(session_pid()), "--head-cpus", str(2 * workers)],
+                                    cwd=REPO, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                                    env=self.env(dict(os.environ, RAY_DISABLE_USAGE_STATS="1")))
+        _HOLDERS[proc.pid] = proc
+        deadline = time.monotonic() + 300
+        while not out.read_text().endswith("\n"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"tests/shared_ray.py ended ({proc.poll()}) before its cluster was up: "
+                                   f"{(work / 'holder.log').read_text()[-3000:]}")
+            time.sleep(0.2)
+        return {**json.loads(out.read_text()), "holder_pid": proc.pid}
 
     def overrides(self, gpus: int = 2) -> list[str]:
         return [f"ray.address={self.address}", f"ray.max_gpus={gpus}"]
@@ -107,16 +132,48 @@ class SharedRay:
         finally:
             ray.shutdown()
 
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
+
+_HOLDERS: dict = {}  # pid -> Popen of the cluster holders this process started (reaped when stopped)
+
+
+def session_pid() -> int:
+    """The pytest process that runs the session: this one, or an xdist worker's controller."""
+    return os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
+
+
+def shared_root(tmp_path_factory) -> Path:
+    """The run's temporary folder, which every xdist worker's own folder is inside."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 @pytest.fixture(scope="session")
 def shared_ray(tmp_path_factory):
-    ray_cluster = SharedRay(tmp_path_factory.mktemp("shared_ray"))
-    yield ray_cluster
-    ray_cluster.close()
+    return SharedRay(shared_root(tmp_path_factory))
+
+
+def stop_shared_ray(root: Path) -> None:
+    """Stop the run's cluster, if one was started, and wait until its holder has shut it down."""
+    import json
+    import signal
+
+    info = root / "shared_ray.json"
+    if not info.exists():
+        return
+    pid = json.loads(info.read_text())["holder_pid"]
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    if pid in _HOLDERS:
+        _HOLDERS.pop(pid).wait(timeout=90)
+        return
+    deadline = time.monotonic() + 90
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def pytest_sessionfinish(session):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # the process that runs the session, with or without xdist
+        stop_shared_ray(session.config._tmp_path_factory.getbasetemp())
 
 
 def pid_alive(pid: int) -> bool:

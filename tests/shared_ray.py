@@ -14,8 +14,11 @@ the helper ends a job and starts the next as a Hydra multirun's jobs do (``clust
 then ``join_or_start``): the next job must get the same local Ray. The cluster asks for no token
 (``RAY_AUTH_MODE=disabled``, set by conftest): a driver reads the mode when Ray is imported.
 
-Run as ``python tests/shared_ray.py WORK_DIR``: prints one JSON line (``address``, ``nodes``,
-``driver_kept_keys``, ``next_job_reused_it``) once both nodes are up, then holds the cluster until stdin closes.
+Run as ``python tests/shared_ray.py WORK_DIR --until-pid PID [--head-cpus N]``: prints one JSON line
+(``address``, ``nodes``, ``driver_kept_keys``, ``next_job_reused_it``) once both nodes are up, then
+holds the cluster until it gets SIGTERM or process PID (the pytest run) is gone. The head has 2
+CPUs for each test process that may run a pipeline at once (``--head-cpus``): more than the
+machine's cores would have Ray Data start more workers than the cores run.
 """
 
 import json
@@ -26,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-HEAD_CPUS, HEAD_GPUS = 2, 6
+HEAD_GPUS = 6
 NODE_CPUS, NODE_GPUS = 0, 2  # no CPUs: compile actors and Ray Data's tasks stay on the head
 CANARIES = {"OPENAI_API_KEY": "sk-test-canary-openai", "WANDB_API_KEY": "wandb-canary-0123",
             "HF_TOKEN": "hf_canary_token", "DB_PASSWORD": "canary-password",
@@ -35,7 +38,7 @@ PASSING = {"RAY_PKB_TEST_TOKEN": "ray-setting-passes",  # a deny word, but Ray's
            "PKB_TEST_PLAIN": "plain-passes"}
 
 
-def main(work: Path) -> None:
+def main(work: Path, until_pid: int, head_cpus: int) -> None:
     import ray
 
     from pkb_ray import cluster
@@ -47,7 +50,7 @@ def main(work: Path) -> None:
     os.environ["RAY_metrics_report_interval_ms"] = "1000"
     cfg = SweepConfig.model_validate({
         "model": {"api_key_env": "PKB_LLM_ACCESS"}, "eval": {"isolation": "none"},
-        "ray": {"num_cpus": HEAD_CPUS, "num_gpus": HEAD_GPUS, "include_dashboard": False},
+        "ray": {"num_cpus": head_cpus, "num_gpus": HEAD_GPUS, "include_dashboard": False},
         "hardware": {"gpus_per_node": HEAD_GPUS}, "cache_dir": str(work / "cache")})
     cluster.start_ray(cfg)
     kept = all(os.environ.get(k) == v for k, v in CANARIES.items())
@@ -68,7 +71,9 @@ def main(work: Path) -> None:
             time.sleep(0.2)
         print(json.dumps({"address": address, "nodes": 2, "driver_kept_keys": kept,
                           "next_job_reused_it": reused}), flush=True)
-        sys.stdin.read()  # until the session ends (or the test run dies: EOF as well)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the session's end: the clean-up below
+        while _alive(until_pid):  # or the test run died
+            time.sleep(0.5)
     finally:
         os.killpg(node.pid, signal.SIGTERM)  # `ray start --block` stops its node's processes
         try:
@@ -78,5 +83,20 @@ def main(work: Path) -> None:
         ray.shutdown()
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("work", type=Path)
+    parser.add_argument("--until-pid", type=int, required=True)
+    parser.add_argument("--head-cpus", type=int, default=2)
+    args = parser.parse_args()
+    main(args.work, args.until_pid, args.head_cpus)

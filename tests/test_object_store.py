@@ -195,7 +195,7 @@ def test_a_sweep_writes_into_the_bucket_and_a_rerun_resumes_from_it(s3, s3_serve
 
     def sweep(run: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "pkb_ray.sweep", f"hydra.run.dir={tmp_path / run}",
-                               "ray.include_dashboard=false", "eval.timeout_s=8", "eval.rounds=10",
+                               "ray.include_dashboard=false", "eval.timeout_s=30", "eval.rounds=10",
                                f"cache_dir={tmp_path / 'cache'}", "problems.ids=[broadcast]", f"results_dir={target}",
                                *shared_ray.overrides(2)],
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)

@@ -38,7 +38,7 @@ ENV = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
 
 def sweep_cmd(tmp_path, run_dir, *overrides) -> list[str]:
     return [sys.executable, "-m", "pkb_ray.sweep", f"hydra.run.dir={run_dir}", "ray.include_dashboard=false",
-            "eval.timeout_s=8", "eval.rounds=30", f"cache_dir={tmp_path / 'cache'}", *overrides]
+            "eval.timeout_s=20", "eval.rounds=30", f"cache_dir={tmp_path / 'cache'}", *overrides]
 
 
 def sweep(tmp_path, run_dir, *overrides, env=ENV):
@@ -170,7 +170,7 @@ def test_sweep_on_shipped_set(shipped):
     assert wandb_files.run_record(run_file).run_group == ""  # a single run is not part of a sweep
     # named after what makes the run what it is (before: every run was "replay-cpu_gloo")
     name = wandb_files.run_record(run_file).display_name  # and when it started
-    assert re.fullmatch(r"replay-cpu_gloo \[eval.rounds=30,eval.timeout_s=8\] \d{4}-\d\d-\d\d \d\d:\d\d", name), name
+    assert re.fullmatch(r"replay-cpu_gloo \[eval.rounds=30,eval.timeout_s=20\] \d{4}-\d\d-\d\d \d\d:\d\d", name), name
     # progress while it ran (before: one history step at the end): this resume's own results
     done = wandb_files.history_steps(run_file, "progress/results")
     assert done and done[-1] == len(SHIPPED) - len(shipped.after_kill) and done == sorted(done)
@@ -209,7 +209,7 @@ def multirun(tmp_path_factory, shared_ray):
     sweep_dir = tmp / "multi"
     proc = subprocess.run(
         [sys.executable, "-m", "pkb_ray.sweep", "-m", f"hydra.sweep.dir={sweep_dir}", "ray.include_dashboard=false",
-         "eval.timeout_s=8", "eval.rounds=10", f"cache_dir={tmp / 'cache'}", "problems.ids=[broadcast]",
+         "eval.timeout_s=30", "eval.rounds=10", f"cache_dir={tmp / 'cache'}", "problems.ids=[broadcast]",
          "eval.sizes=[small,{numel:8192}]", "eval.timing_mode=both", "model.name=alpha,beta",
          *shared_ray.overrides(2)],
         cwd=tmp, env=shared_ray.env(ENV), capture_output=True, text=True, timeout=900)
