@@ -219,6 +219,14 @@ def rank_processes(under: Path, clean: bool = False, ranks_only: bool = False) -
     return found
 
 
+def gang_actors() -> list[str]:
+    """The gang actors this process's Ray job has named. Only its own namespace: another pytest
+    process (pytest-xdist) may run gangs of its own on the shared cluster at the same time."""
+    import ray
+
+    return [a["name"] for a in ray.util.list_named_actors() if a["name"].startswith("gang-")]
+
+
 def rank_processes_left(under: Path, within_s: float = 10.0, clean: bool = False) -> list[int]:
     """Rank processes under ``under`` still alive after up to ``within_s`` (rank sets are SIGKILLed
     at once but reaped in the background)."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from conftest import REPO, pid_alive, rank_processes_left
+from conftest import REPO, gang_actors, pid_alive, rank_processes_left
 from pkb_ray.config import SweepConfig
 from pkb_ray.names import Status
 from pkb_ray.placement import Layout
@@ -95,5 +95,5 @@ def test_a_wedged_gang_times_out_its_sample_is_restarted_and_the_pool_moves_on(c
     while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not pid_alive(pid)
-    assert [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("gang-")] == []
+    assert gang_actors() == []
     assert rank_processes_left(tmp_path / "cache", clean=True) == []

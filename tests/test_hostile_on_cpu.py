@@ -28,19 +28,17 @@ HONEST_RANGE = (0.3, 3.0)
 # reading has been outside it about once in 70, fails the median with a probability of about 4e-4.
 
 
-def _outside(result, lower: bool) -> bool:
-    """A correct result reading above HONEST_RANGE (or, with ``lower``, below it too)."""
-    if result.status != Status.CORRECT:
-        return False
-    return result.speedup >= HONEST_RANGE[1] or (lower and result.speedup <= HONEST_RANGE[0])
+def _outside(result) -> bool:
+    """A correct result reading above HONEST_RANGE."""
+    return result.status == Status.CORRECT and result.speedup >= HONEST_RANGE[1]
 
 
-def assert_gains_nothing(h, name: str, first, lower: bool = False) -> None:
+def assert_gains_nothing(h, name: str, first) -> None:
     """``first``, a result of the sample ``name`` on ``h``, reads inside the bound, or the median of
     it and two more evaluations does (neither of the two reads outside it as it did)."""
-    if _outside(first, lower):
+    if _outside(first):
         more = [h.evaluate(_sample(name, index)) for index in (1, 2)]
-        assert not any(_outside(r, lower) for r in more), (first.speedup,
+        assert not any(_outside(r) for r in more), (first.speedup,
                                                            [(r.status, r.speedup, r.message) for r in more])
 
 
@@ -188,8 +186,11 @@ def test_patched_timer_does_not_fool_the_timer(shared_harness):
     h = shared_harness(2, rounds=20)
     result = h.evaluate(_sample("patches_timer.py"))
     assert result.status == Status.CORRECT, result.message
-    assert min(result.cand_median_us) > 1.0  # real microseconds, not the frozen clock's zero
-    assert_gains_nothing(h, "patches_timer.py", result, lower=True)  # the frozen clock would read ~0 or huge
+    # The frozen clock reads zero: on the candidate's side that is a huge speedup, on the
+    # reference's a speedup near zero. Both sides read real microseconds instead. (A lower bound
+    # on the speedup would add nothing but noise: CI read an honest 0.26 at 20 rounds.)
+    assert min(result.cand_median_us) > 1.0 and min(result.ref_median_us) > 1.0
+    assert_gains_nothing(h, "patches_timer.py", result)
 
 
 def test_leftover_thread_does_not_keep_ranks_alive(shared_harness):
