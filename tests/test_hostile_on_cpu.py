@@ -174,7 +174,9 @@ def test_fork_bomb_is_stopped_or_dies_with_the_sample(shared_harness, problems, 
 
 def test_disk_fill_stops_at_the_limit_and_the_next_sample_runs(shared_harness, problems, tmp_path):
     free_before = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
-    h = shared_harness(2)
+    # Its import writes 2 GiB of scratch (memory) before it answers: 2 s alone, 21 s once beside a
+    # second test process, so the deadline is the hostile tests' long one.
+    h = shared_harness(2, timeout_s=60)
     filled = h.evaluate(_sample("fills_disk.py"))
     assert filled.status == Status.CORRECT, filled.message
     free_after = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
