@@ -72,8 +72,9 @@ def shared_harness(problems, cache_dir, tmp_path_factory):
 class SharedRay:
     """The session's Ray cluster (tests/shared_ray.py): two nodes, 6 + 2 logical GPUs, API keys kept
     from its processes. ``joined()`` connects this process; ``overrides(gpus)`` are a sweep's keys for
-    joining it with the GPUs its own local Ray would have had, ``env(base)`` its environment. The cluster asks for no token (``RAY_AUTH_MODE=disabled``):
-    a driver that joins reads the mode when Ray is imported, so this process could not join one that asks.
+    joining it with the GPUs its own local Ray would have had, ``env(base)`` its environment. The
+    cluster asks for no token (``RAY_AUTH_MODE=disabled``): a driver that joins reads the mode when
+    Ray is imported, so this process could not join one that asks.
 
     One cluster for the whole run, also when pytest-xdist runs the tests in several processes: the
     first to need it starts it (under a lock in the run's temporary folder, which its workers share)

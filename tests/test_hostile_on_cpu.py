@@ -39,7 +39,7 @@ def assert_gains_nothing(h, name: str, first) -> None:
     if _outside(first):
         more = [h.evaluate(_sample(name, index)) for index in (1, 2)]
         assert not any(_outside(r) for r in more), (first.speedup,
-                                                           [(r.status, r.speedup, r.message) for r in more])
+                                                    [(r.status, r.speedup, r.message) for r in more])
 
 
 def _sample(name: str, index: int = 0) -> Sample:
