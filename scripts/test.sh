@@ -8,8 +8,7 @@ if ! command -v chromium >/dev/null && command -v apt-get >/dev/null && [ "$(id 
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1 \
     || echo "test: could not install chromium; the report's browser test will be skipped" >&2
 fi
-# PKB_TEST_WORKERS=2: two test processes (pytest-xdist), each taking whole files, so a module's
-# fixture runs once; on 2 cores one process leaves the machine ~30 % idle (tests wait on ranks,
-# deadlines, Ray). They share one Ray cluster (tests/conftest.py's SharedRay). Default 0 (one
-# process) until two processes run the suite green 3 times in a row (docs/benchmarks/test-suite.md).
-exec .venv/bin/python -m pytest -q -n "${PKB_TEST_WORKERS:-0}" --dist loadfile "$@"
+# Two test processes (pytest-xdist), each taking whole files, so a module's fixture runs once: on 2
+# cores one process leaves the machine ~30 % idle (tests wait on ranks, deadlines, Ray). They share
+# one Ray cluster (tests/shared_ray.py). PKB_TEST_WORKERS=0 runs everything in this one process.
+exec .venv/bin/python -m pytest -q -n "${PKB_TEST_WORKERS:-2}" --dist loadfile "$@"
