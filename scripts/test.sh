@@ -10,5 +10,6 @@ if ! command -v chromium >/dev/null && command -v apt-get >/dev/null && [ "$(id 
 fi
 # Two test processes (pytest-xdist), each taking whole files, so a module's fixture runs once: on 2
 # cores one process leaves the machine ~30 % idle (tests wait on ranks, deadlines, Ray). They share
-# one Ray cluster (tests/conftest.py SharedRay, tests/shared_ray.py). PKB_TEST_WORKERS=0 runs everything in this one process.
+# one Ray cluster (tests/conftest.py's SharedRay, tests/shared_ray.py). PKB_TEST_WORKERS=0 runs
+# everything in this one process.
 exec .venv/bin/python -m pytest -q -n "${PKB_TEST_WORKERS:-2}" --dist loadfile "$@"
