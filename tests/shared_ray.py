@@ -40,6 +40,7 @@ PASSING = {"RAY_PKB_TEST_TOKEN": "ray-setting-passes",  # a deny word, but Ray's
 
 def main(work: Path, until_pid: int, head_cpus: int) -> None:
     import ray
+    from ray._common.utils import get_ray_address_file
 
     from pkb_ray import cluster
     from pkb_ray.config import SweepConfig
@@ -58,6 +59,8 @@ def main(work: Path, until_pid: int, head_cpus: int) -> None:
     cluster.end_job(keep=True)  # as a job of a Hydra multirun ends; the next one, of the same settings:
     cluster.join_or_start(cfg)
     reused = ray.is_initialized() and ray.get_runtime_context().gcs_address == address
+    address_file = Path(get_ray_address_file(None))  # `ray start` records its cluster there for ray.init()
+    recorded = address_file.read_text() if address_file.exists() else None
     with cluster.without_secrets([cfg.model.api_key_env]):  # as the head's processes were started
         node = subprocess.Popen([str(Path(sys.executable).parent / "ray"), "start", "--address", address,
                                  "--num-cpus", str(NODE_CPUS), "--num-gpus", str(NODE_GPUS), "--block",
@@ -81,6 +84,17 @@ def main(work: Path, until_pid: int, head_cpus: int) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(node.pid, signal.SIGKILL)
         ray.shutdown()
+        _restore(address_file, address, recorded)
+
+
+def _restore(address_file: Path, address: str, recorded: str | None) -> None:
+    """Put back what the address file said before the second node joined: left pointing at this
+    cluster once it is gone, a plain ``ray.init()`` on this machine would try to join a dead one."""
+    if address_file.exists() and address_file.read_text().strip() == address:
+        if recorded is None:
+            address_file.unlink()
+        else:
+            address_file.write_text(recorded)
 
 
 def _alive(pid: int) -> bool:
