@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 
+from pkb_ray import formats
 from pkb_ray.compose import config_groups, groups_help, keys_help
 
 EXAMPLES = """examples:
@@ -23,7 +24,6 @@ EXAMPLES = """examples:
   pkb-ray sweep hardware=h200_2 ray=cluster              # 2 GPUs, NCCL (eval follows: gpu), join a cluster
   pkb-ray sweep problems=smoke model.limit_per_problem=1 # a partial run: one sample per problem
   pkb-ray sweep -m model=replay,kernels backend=cuda,all # a sweep: one job per combination
-  pkb-ray sweep problems=pkb pkb.root=~/src/pkb model.samples=<folder of solutions_*>
   pkb-ray report multirun/<date>/<time> --out report/
   pkb-ray submit --key-file '~/.pkb_ray/openai_key' hardware=h200_8 results_dir=s3://bucket/runs/x
   pkb-ray compare outputs/<old run> outputs/<new run> --out compare/
@@ -37,7 +37,8 @@ __all__ = ["config_groups", "main", "usage"]  # config_groups: for callers of th
 
 
 def usage() -> str:
-    return (f"{__doc__.strip()}\n\n{EXAMPLES}\nconfig groups (group=option; any key with key=value: "
+    imported = "".join(f"  {line}\n" for line in formats.examples())  # a line per imported benchmark
+    return (f"{__doc__.strip()}\n\n{EXAMPLES}{imported}\nconfig groups (group=option; any key with key=value: "
             f"pkb-ray help config):\n{groups_help()}\n")
 
 

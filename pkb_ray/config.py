@@ -13,7 +13,8 @@ from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model, field_validator,
+                      model_validator)
 
 from pkb_ray import formats
 from pkb_ray.placement import Layout
@@ -91,9 +92,8 @@ class ModelConfig(_Strict):
 
 class ProblemsConfig(_Strict):
     name: str = "all"
-    format: str = Field("native", description="native: problem files of pkb_ray's format (problems_dir); or a "
-                        "source of pkb_ray.formats, e.g. pkb: every reference of the ParallelKernelBench checkout "
-                        "at pkb.root, as problems pkb_<name>")
+    format: str = Field("native", description="native: problem files of pkb_ray's format (problems_dir); or an "
+                        "imported benchmark of pkb_ray.formats, whose problems its own config section locates")
     ids: list[str] | None = Field(None, description="problem ids to run; None = all")
     categories: list[str] | None = None
 
@@ -134,7 +134,7 @@ class EvalConfig(_Strict):
     startup_timeout_s: float = Field(120.0, gt=0, description="limit for rank processes to join their group")
     compile_timeout_s: float = Field(300.0, gt=0, description="limit for nvcc on one CUDA source")
     inline_build_timeout_s: float = Field(600.0, gt=0, description="extra time for the trial step of samples "
-                                          "that build their extensions on the rank (load_inline: PKB solutions)")
+                                          "that build their extensions on the rank (load_inline, formats.builds_extensions)")
     compile_workers: int | None = Field(None, ge=1, description="CPU compiler actors; None: one per CPU, at most 16")
     size: str | dict[str, int] = Field("small", description="a size preset of every problem (small, default, "
                                                             "large), or knob values, e.g. {numel: 65536}")
@@ -280,17 +280,9 @@ class WandbConfig(_Strict):
                                            "(wandb-workspaces reports API)")
 
 
-class PkbConfig(_Strict):
-    """ParallelKernelBench as a source of problems (problems.format=pkb) and samples (its solution folders)."""
+class _SweepFields(_Strict):
+    """The sweep's own sections and keys; :data:`SweepConfig` adds each format's section."""
 
-    root: str | None = Field(None, description="a checkout of togethercomputer/ParallelKernelBench")
-    faithful_inputs: bool = Field(False, description="true: PKB's inputs exactly (trial = seed); false: problems "
-                                                     "whose builder gives constant inputs get random ones")
-    shim_dir: str = Field("~/.cache/pkb_ray_pkb", description="where the generated problem files go (rank "
-                                                              "processes must read them: not under cache_dir)")
-
-
-class SweepConfig(_Strict):
     model: ModelConfig = ModelConfig()
     problems: ProblemsConfig = ProblemsConfig()
     backend: BackendConfig = BackendConfig()
@@ -298,7 +290,6 @@ class SweepConfig(_Strict):
     hardware: HardwareConfig = HardwareConfig()
     ray: RayConfig = RayConfig()
     wandb: WandbConfig = WandbConfig()
-    pkb: PkbConfig = PkbConfig()
     problems_dir: str | None = Field(None, description="None: the problems/ folder of this checkout")
     output_dir: str = "."
     results_dir: str | None = Field(None, description="None: <output_dir>/results. Name a folder (or a URI: "
@@ -315,11 +306,17 @@ class SweepConfig(_Strict):
         return Path(self.cache_dir).expanduser()
 
     @model_validator(mode="after")
-    def _generated_backends(self) -> "SweepConfig":
+    def _generated_backends(self) -> "_SweepFields":
         if self.model.provider != "replay" and Backend.PARALLELKITTENS in (self.backend.backends or []):
             raise ValueError("backend.backends: parallelkittens samples are read from sample folders "
                              "(model.samples); a model is asked for torch, cuda or triton")
         return self
+
+
+# One config: the sweep's keys and, under each imported format's name, that format's section
+# (formats.settings_sections(): e.g. problems.format=<name> reads <name>.root).
+SweepConfig = create_model("SweepConfig", __base__=_SweepFields, __module__=__name__,
+                           **{name: (model, model()) for name, model in formats.settings_sections().items()})
 
 
 # hardware.device -> the eval profile (conf/eval/<name>.yaml) tuned for it. Each hardware profile's

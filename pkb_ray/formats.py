@@ -5,8 +5,9 @@ the format named by a sample's ``metadata["format"]`` (or by ``problems.format``
 for one by name. The native format (pkb_ray's problem files, replay folders, JSONL, Parquet) is
 :data:`NATIVE` and adds nothing; each imported benchmark is a subpackage of pkb_ray with a
 ``format`` module whose ``FORMAT`` is its SampleFormat, named after the subpackage and loaded on
-first use (this module imports none of them and names none: :func:`_registry` finds them). Hooks
-and their callers:
+first use (this module imports none of them and names none: :func:`_registry` finds them). The
+config and the result schema ask for every format's section and column when they are imported, so a
+format module stays light (no torch at its top). Hooks and their callers:
 
 - :meth:`SampleFormat.read` (``samples.read_samples``): a folder of this format as sample rows;
 - :meth:`SampleFormat.annotate` (``samples.read_samples``): notes on rows that need the problems;
@@ -19,7 +20,11 @@ and their callers:
   build torch extensions with ``load_inline``; the compile stage builds them ahead and the rank's
   trial step gets ``eval.inline_build_timeout_s`` more;
 - :attr:`SampleFormat.verdict` (``runner.clean``, ``harness``, ``summary``): a second rule on the
-  same outputs, recorded beside pkb_ray's status (:func:`second_verdict`).
+  same outputs, recorded beside pkb_ray's status (:func:`second_verdict`), in a result column of
+  its own (``schema``: :func:`verdict_columns`);
+- :attr:`SampleFormat.settings` (``config``): the format's config section, a pydantic model under
+  the format's name (:func:`settings_sections`);
+- :attr:`SampleFormat.example` (``cli``): a line of the command's usage examples.
 
 Pure: no Ray, no processes.
 """
@@ -54,6 +59,8 @@ class SampleFormat:
     positional = False
     builds_extensions = False
     verdict: SecondVerdict | None = None
+    settings: type | None = None  # a pydantic model: the config section named after the format
+    example = ""  # e.g. "pkb-ray sweep problems=<it> ...": shown among the command's examples
 
     def read(self, path: Path, model: str) -> list[dict[str, Any]] | None:
         """Sample rows if ``path`` is a folder of this format, else None."""
@@ -102,6 +109,20 @@ def of(metadata: dict[str, Any] | None) -> SampleFormat:
 
 def every() -> list[SampleFormat]:
     return [get(n) for n in _registry()]
+
+
+def settings_sections() -> dict[str, type]:
+    """Each format's config section (name -> pydantic model), for the sweep's config."""
+    return {f.name: f.settings for f in every() if f.settings is not None}
+
+
+def verdict_columns() -> list[str]:
+    """The result columns the formats' second rules fill (booleans)."""
+    return [f.verdict.column for f in every() if f.verdict is not None]
+
+
+def examples() -> list[str]:
+    return [f.example for f in every() if f.example]
 
 
 def second_verdict() -> SecondVerdict | None:

@@ -12,8 +12,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from pkb_ray import formats
 from pkb_ray.names import Backend, Status
 from pkb_ray.placement import Layout
 
@@ -86,7 +87,9 @@ class TrialRecord(BaseModel):
     message: str = ""
 
 
-class Result(BaseModel):
+class _ResultFields(BaseModel):
+    """One sample's verdict and measurements; :data:`Result` adds the formats' verdict columns."""
+
     model_config = ConfigDict(extra="forbid")
     sample_key: str
     problem_id: str
@@ -113,10 +116,6 @@ class Result(BaseModel):
     sol_time_us: float | None = None  # speed-of-light lower bound for this problem/size/hardware
     sol_fraction: float | None = None  # sol_time_us / cand_time_us
     sol_source: str = ""  # "model": the problem's own bound; "traced": estimated from one reference call
-    # the imported benchmark's own rule on the same outputs (formats.SecondVerdict): allclose(1e-2)
-    # after a float cast, first call only, dtype and inputs not checked. None where no trial was compared
-    # (invalid, unsupported, ...)
-    pkb_verdict: bool | None = None
     hardware: str = ""
     device_backend: str = ""  # gloo | nccl
     versions: dict[str, str] = Field(default_factory=dict)
@@ -168,6 +167,12 @@ class Result(BaseModel):
             source=sample.source,
             **fields,
         )
+
+
+# An imported benchmark's own rule on the same outputs (formats.SecondVerdict) fills a column of its
+# own, named by its format; None where no trial was compared (invalid, unsupported, ...).
+Result = create_model("Result", __base__=_ResultFields, __module__=__name__,
+                      **{column: (bool | None, None) for column in formats.verdict_columns()})
 
 
 # Rows that say nothing about the sample: a resumed run evaluates these samples again.
@@ -224,7 +229,6 @@ RESULT_SCHEMA = pa.schema(
         ("sol_time_us", pa.float64()),
         ("sol_fraction", pa.float64()),
         ("sol_source", pa.string()),
-        ("pkb_verdict", pa.bool_()),
         ("hardware", pa.string()),
         ("device_backend", pa.string()),
         ("versions", pa.map_(pa.string(), pa.string())),
@@ -248,6 +252,7 @@ RESULT_SCHEMA = pa.schema(
         ("duplicate_of", pa.string()),
         ("round", pa.int32()),
         ("source", pa.string()),
+        *((column, pa.bool_()) for column in formats.verdict_columns()),  # Result's last fields too
     ]
 )
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from pkb_ray.formats import SampleFormat, SecondVerdict
+from pkb_ray.pkb.settings import PkbSettings
 from pkb_ray.pkb.solutions import REMOVED, is_solution_folder, number_mismatches, read_solutions
 
 
@@ -20,6 +21,8 @@ class PkbFormat(SampleFormat):
     name = "pkb"
     positional = True  # PKB calls solution(*inputs): parameter names are free
     builds_extensions = True  # its CUDA and Triton solutions call load_inline on first call
+    settings = PkbSettings  # the config's pkb section
+    example = "pkb-ray sweep problems=pkb pkb.root=~/src/pkb model.samples=<folder of solutions_*>"
     verdict = SecondVerdict(
         column="pkb_verdict", agrees=_agrees, title="PKB's verdict beside pkb_ray's", passes="pkb_correct",
         note="pkb_verdict is ParallelKernelBench's own rule on the same outputs (first call only, allclose "

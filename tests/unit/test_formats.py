@@ -57,6 +57,21 @@ def test_the_second_verdict_fills_its_column_and_its_table():
     assert verdicts(rows.drop(columns=[rule.column])) is None
 
 
+def test_a_format_brings_its_config_section_its_column_and_its_example():
+    """The core's config, result schema and usage list what the formats declare, under their names."""
+    from pkb_ray.cli import usage
+    from pkb_ray.schema import RESULT_SCHEMA, Result
+
+    fmt = formats.get("pkb")
+    assert isinstance(validate_config({"pkb": {"root": "/src/pkb"}}).pkb, fmt.settings)
+    with pytest.raises(ConfigError, match=r"pkb\.rot"):  # a typo in the format's section names its key
+        validate_config({"pkb": {"rot": "/src/pkb"}})
+    column = fmt.verdict.column
+    assert RESULT_SCHEMA.field(column).type == "bool" and Result.model_fields[column].default is None
+    assert fmt.example and fmt.example in usage()
+    assert set(formats.settings_sections()) == {"pkb"} and formats.verdict_columns() == [column]
+
+
 def _strings_and_imports(path):
     tree = ast.parse(path.read_text())
     docs = {id(n.body[0].value) for n in ast.walk(tree)
@@ -72,11 +87,11 @@ def _strings_and_imports(path):
 
 
 def test_no_core_module_names_an_imported_benchmark():
-    """Outside pkb_ray/pkb/ nothing imports it or tests for it: only the registry names it, and the
-    result schema keeps the column its rule fills (Parquet users read ``pkb_verdict``)."""
+    """Outside pkb_ray/pkb/ nothing imports it, tests for it or names its keys and column: the format
+    brings them (:func:`test_a_format_brings_its_config_section_its_column_and_its_example`)."""
     own = {"pkb_problems.", "pkb_results", "pkb_eval_seconds", "pkb_compile_seconds", "pkb_queue_depth",
            "pkb_gangs", "pkb_gang_busy_fraction"}  # pkb_ray's own names: loaded problems' package, its metrics
-    allowed = {"formats.py": {"pkb"}, "schema.py": {"pkb_verdict"}, "problem.py": own, "telemetry.py": own}
+    allowed = {"formats.py": {"pkb"}, "problem.py": own, "telemetry.py": own}
     found = []
     for path in sorted((REPO / "pkb_ray").rglob("*.py")):
         rel = path.relative_to(REPO / "pkb_ray")
