@@ -98,8 +98,13 @@ def test_memoising_gains_nothing(shared_harness, name):
     h = shared_harness(2, size=BIG, rounds=20, timeout_s=10)
     result = h.evaluate(_sample(name))
     # every timed call has inputs no call saw before: no hits. A hit on a reused address answers
-    # stale data on one rank and skips the collective there: a hang, or a wrong answer.
-    assert result.status in (Status.CORRECT, Status.TIMEOUT, Status.WRONG_OUTPUT), result.message
+    # stale data on one rank and skips the collective there: a hang, or a wrong answer. A memo keeps
+    # every output alive (4 MiB a call here), so the harness's fresh inputs between the calls land on
+    # new pages: time in the parent's bracket outside the candidate's calls. On a loaded 2-core
+    # machine that has passed the hidden-time allowance (6.9 ms against 6.0 ms a region, memo_by_hash,
+    # 2026-12-05): rejected as tampering, which gains nothing either.
+    hidden = result.status == Status.TAMPERING and "more than its reported times explain" in result.message
+    assert result.status in (Status.CORRECT, Status.TIMEOUT, Status.WRONG_OUTPUT) or hidden, result.message
     assert_gains_nothing(h, name, result)
 
 
