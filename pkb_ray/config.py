@@ -134,7 +134,8 @@ class EvalConfig(_Strict):
     startup_timeout_s: float = Field(120.0, gt=0, description="limit for rank processes to join their group")
     compile_timeout_s: float = Field(300.0, gt=0, description="limit for nvcc on one CUDA source")
     inline_build_timeout_s: float = Field(600.0, gt=0, description="extra time for the trial step of samples "
-                                          "that build their extensions on the rank (load_inline, formats.builds_extensions)")
+                                          "that build their extensions on the rank (load_inline; "
+                                          "formats.builds_extensions)")
     compile_workers: int | None = Field(None, ge=1, description="CPU compiler actors; None: one per CPU, at most 16")
     size: str | dict[str, int] = Field("small", description="a size preset of every problem (small, default, "
                                                             "large), or knob values, e.g. {numel: 65536}")
