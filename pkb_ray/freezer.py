@@ -1,14 +1,23 @@
-"""Stopping every process of a candidate's sandbox while the reference is timed, and resuming them.
+"""Stopping every process of a candidate's sandbox, proving that they stopped, and resuming them.
 
 With a cgroup of its own (``PKB_CGROUP_PARENT``, :class:`pkb_ray.sandbox.CgroupSlot`) the sandbox
 is frozen by the cgroup freezer (``cgroup.freeze``), which holds every task, those it forks too,
-until thawed. Without one, every process below the sandbox's first process gets SIGSTOP, found
-by walking its descendants in /proc (a process that double-forks is re-parented to the sandbox's PID namespace's
-init, which is below it too), until a walk finds none not yet signalled; SIGCONT resumes them.
-A stopped process cannot catch, block or ignore either signal, and none of its threads runs its
-own code again once the signal is pending (the kernel checks before every return to user mode;
-a thread on a CPU is interrupted): waiting for each of its many threads to be scheduled just to
-park would cost milliseconds on a loaded machine and stop nothing more.
+until thawed, and says so (``frozen 1`` in ``cgroup.events``). Without one, every process below
+the sandbox's first process gets SIGSTOP, found by walking its descendants in /proc (a process that
+double-forks is re-parented to the sandbox's PID namespace's init, which is below it too).
+
+Signals alone prove nothing: a process not yet stopped can SIGCONT one that is (two helpers that
+resume each other keep running). So :meth:`Freezer.freeze` returns True only after one pass over
+every task (thread) of every process below the root sees each one stopped (``T``/``t``) or dead,
+re-signalling what it finds running, within a deadline; a pair that keeps resuming each other is
+never seen stopped in one pass, and the freeze fails.
+
+A pass reads each task at a different moment, so a task seen stopped could still be resumed by one
+read later that had not stopped yet. To prove that nothing ran while stopped,
+:meth:`Freezer.ran_while_frozen` compares every task's CPU time (``/proc/PID/task/TID/schedstat``,
+nanoseconds) with what it was when the freeze was proven: a task of a frozen set that gained CPU
+time escaped, whatever the route. :data:`RAN_SLACK_NS` allows for the accounting of the context
+switch into the stop, which the kernel may book just after the task shows as stopped.
 
 Nothing stops GPU work already queued: the parent freezes a set only after its step reported
 (every stream of its device synchronised), and whatever a sample left running on the device
@@ -22,6 +31,8 @@ import signal
 import time
 from pathlib import Path
 
+STOPPED_STATES = {"T", "t", "Z", "X"}  # stopped, stopped by a tracer, dead (exited, not yet reaped)
+RAN_SLACK_NS = 200_000  # CPU time a task may still be booked after it shows as stopped
 
 
 def descendants(root: int) -> list[int]:
@@ -32,11 +43,7 @@ def descendants(root: int) -> list[int]:
     found, todo = [], [root]
     while todo:
         pid = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue  # gone
-        for task in tasks:
+        for task in tasks(pid):
             try:
                 with open(f"/proc/{pid}/task/{task}/children") as f:
                     kids = [int(k) for k in f.read().split()]
@@ -45,6 +52,14 @@ def descendants(root: int) -> list[int]:
             found += kids
             todo += kids
     return found
+
+
+def tasks(pid: int) -> list[str]:
+    """The thread ids of ``pid`` (empty when it is gone)."""
+    try:
+        return os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
 
 
 def _walk(root: int) -> list[int]:
@@ -63,20 +78,32 @@ def _walk(root: int) -> list[int]:
     return found
 
 
-def _stat(pid: int) -> str | None:
+def _read(path: str | Path) -> str:
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(path) as f:
             return f.read()
     except OSError:
-        return None
+        return ""
 
 
 def _parent(pid: int) -> int | None:
-    stat = _stat(pid)
-    if stat is None:
+    stat = _read(f"/proc/{pid}/stat")
+    if not stat:
         return None
     fields = stat[stat.rfind(")") + 2:].split()  # the command name may hold spaces and parentheses
     return int(fields[1])
+
+
+def task_state(pid: int, tid: str) -> str:
+    """A task's scheduler state letter ('' when it is gone)."""
+    stat = _read(f"/proc/{pid}/task/{tid}/stat")
+    return stat[stat.rfind(")") + 2:][:1] if stat else ""
+
+
+def cpu_ns(pid: int, tid: str) -> int | None:
+    """Nanoseconds the task has run on a CPU (None when it is gone)."""
+    text = _read(f"/proc/{pid}/task/{tid}/schedstat")
+    return int(text.split()[0]) if text else None
 
 
 class Freezer:
@@ -87,13 +114,15 @@ class Freezer:
         self.cgroup = cgroup if cgroup is not None and (cgroup / "cgroup.freeze").exists() else None
         self.stopped: list[int] = []
         self.frozen = False
+        self._cpu: dict[tuple[int, str], int] = {}  # each task's CPU time when the freeze was proven
 
     @property
     def how(self) -> str:
         return "cgroup freezer" if self.cgroup else "SIGSTOP"
 
     def freeze(self, timeout_s: float) -> bool:
-        """Stop every process of the sandbox; False if some still ran after ``timeout_s``."""
+        """Stop every process of the sandbox and see each stopped; False if that was not seen within
+        ``timeout_s``."""
         self.frozen = True
         deadline = time.monotonic() + timeout_s
         if self.cgroup is not None:
@@ -105,13 +134,41 @@ class Freezer:
             return True
         while True:
             found = [p for p in descendants(self.root) if p not in self.stopped]
-            if not found:  # a walk found nothing new, so nothing forked past the signals
-                return True
             for pid in found:
                 _signal(pid, signal.SIGSTOP)
             self.stopped += found
+            if not found and self._all_stopped():
+                self._cpu = self._cpu_times()
+                return True
             if time.monotonic() > deadline:
                 return False
+
+    def _all_stopped(self) -> bool:
+        """One pass over every task of every signalled process: True when each is stopped or gone.
+        What still runs is signalled again (it may have been resumed since)."""
+        still = {pid for pid in self.stopped for tid in tasks(pid)
+                 if task_state(pid, tid) not in STOPPED_STATES | {""}}
+        for pid in still:
+            _signal(pid, signal.SIGSTOP)
+        return not still
+
+    def _cpu_times(self) -> dict[tuple[int, str], int]:
+        return {(pid, tid): ns for pid in self.stopped for tid in tasks(pid)
+                if (ns := cpu_ns(pid, tid)) is not None}
+
+    def ran_while_frozen(self) -> str:
+        """Why some task of the set ran since the freeze was proven ("" when none did): call it
+        before :meth:`thaw`. New processes below the root count too."""
+        if not self.frozen or self.cgroup is not None:
+            return ""
+        for (pid, tid), before in self._cpu.items():
+            now = cpu_ns(pid, tid)
+            if now is not None and now > before + RAN_SLACK_NS:
+                return f"process {pid} (task {tid}) ran {(now - before) / 1e3:.0f} us while its set was stopped"
+        born = [p for p in descendants(self.root) if p not in self.stopped]
+        if born:
+            return f"process {born[0]} was started while its set was stopped"
+        return ""
 
     def thaw(self) -> None:
         if not self.frozen:
@@ -123,6 +180,7 @@ class Freezer:
         for pid in self.stopped:
             _signal(pid, signal.SIGCONT)
         self.stopped = []
+        self._cpu = {}
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -130,10 +188,3 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError:
-        return ""

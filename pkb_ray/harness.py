@@ -44,7 +44,7 @@ from pkb_ray.rounds import CleanSetFailed, RoundDriver, Timing
 from pkb_ray.runner.extensions import arch_list
 from pkb_ray.schema import Result, Sample, TrialRecord, Where
 from pkb_ray.timing import median_iqr, sample_time, speedup
-from pkb_ray.verdict import Evidence, StepView, Verdict, forged_time, interfered, judge
+from pkb_ray.verdict import Evidence, StepView, Verdict, interfered, judge
 from pkb_ray.wire import Case, ChecksReport, Failure, RunTrials
 
 __all__ = ["Harness", "ReferenceFailed", "describe"]
@@ -66,12 +66,15 @@ def describe(outcome: StepOutcome, ranks: Ranks) -> str:
 
 
 def _side_times(regions) -> tuple[tuple[list[tuple[float, float]], float], ...]:
-    """(per-rank (median, IQR), the sample's time) of each side, reference then candidate."""
-    ranks = sorted({r for g in regions for r in g.reports})
+    """(per-rank (median, IQR), the side's time) of each side, reference then candidate, all by the
+    parent's clock: a rank's figure per call from resuming its set to its report, the side's from
+    resuming its set to seeing it stopped again (:class:`pkb_ray.verdict.Region`)."""
+    ranks = sorted({r for g in regions for r in g.arrived_us})
     out = []
     for side in (Side.REF, Side.CAND):
-        per_rank = [median_iqr([g.reports[r].us for g in regions if g.side is side]) for r in ranks]
-        out.append((per_rank, sample_time([m for m, _ in per_rank])))
+        mine = [g for g in regions if g.side is side]
+        per_rank = [median_iqr([g.arrived_us[r] / g.k for g in mine if r in g.arrived_us]) for r in ranks]
+        out.append((per_rank, sample_time([median_iqr([g.us_per_call for g in mine])[0]])))
     return tuple(out)
 
 
@@ -317,10 +320,12 @@ class Harness:
             return {"verdict": found, "trials": trials, **second}
         self.pool.quiet()
         clock.lap(EvalPhase.QUIET)
-        timing, kept = self._confirmed_rounds(ranks, case, deadline)
+        kept = ranks.job_dir / "kept"
+        kept.mkdir()
+        timing = RoundDriver(ranks, self.clean.get(), case, self.cfg, kept, base_seeds(self.cfg), deadline).run()
         clock.lap(EvalPhase.TIMING)
         evidence.timing_failed = view(timing.failed, ranks) if timing.failed else None
-        evidence.timing_what, evidence.watched = timing.what, timing.watched
+        evidence.timing_what, evidence.watched, evidence.escaped = timing.what, timing.watched, timing.escaped
         found = judge(evidence)
         if found:
             return {"verdict": found, "trials": trials, **second}
@@ -338,19 +343,6 @@ class Harness:
         if override is None:
             return problem.tolerance(dtype)
         return Tolerance(atol=override.atol, rtol=override.rtol, reason="set by eval.tolerances")
-
-    def _confirmed_rounds(self, ranks: Ranks, case: Case, deadline: Deadline) -> tuple[Timing, Path]:
-        """The timing rounds (and the folder their picked outputs are kept in), run a second time
-        when the first look forged (hidden time, :func:`pkb_ray.verdict.forged_time`): a burst of
-        load on a busy machine can look like hidden time once, a forger hides it every time. The
-        second run is the one judged, so tampering needs both."""
-        for attempt in ("kept", "kept_again"):
-            kept = ranks.job_dir / attempt
-            kept.mkdir()
-            timing = RoundDriver(ranks, self.clean.get(), case, self.cfg, kept, base_seeds(self.cfg), deadline).run()
-            if timing.failed or not forged_time(timing.regions):
-                break
-        return timing, kept
 
     def _timing_fields(self, problem, dtype, knobs, timing: Timing, trials, traced=None) -> dict:
         """Times, speedup and speed of light from the first mode that ran (graph before eager); with

@@ -59,6 +59,7 @@ class StepOutcome:
     phases: dict[int, str] = field(default_factory=dict)
     elapsed_s: float = 0.0
     answered_at: float = 0.0  # time.perf_counter() when the wait ended (before the reports were parsed)
+    arrived: dict[int, float] = field(default_factory=dict)  # rank -> time.perf_counter() its report was seen
 
     @property
     def ok(self) -> bool:
@@ -100,13 +101,18 @@ def child_env(extra: dict[str, str] | None = None, num_threads: int = 1, *, mult
 
 
 def wait_for(step: str, ranks: list[int], collect, phases, deadline: float, since: float,
-             poll_s: float = POLL_S, kind: type[Report] = Report) -> StepOutcome:
+             poll_s: float = POLL_S, kind: type[Report] = Report, answered=None) -> StepOutcome:
     """Poll (``collect(outcome)``, which adds the raw reports) until every rank reported, one failed
-    (plus a grace), or the deadline; then read each report as the step's record ``kind``."""
+    (plus a grace), or the deadline; then call ``answered()`` (the parent's rounds stop the set
+    there: before the reports are read, so that reading them stays outside the bracket), and read
+    each report as the step's record ``kind``."""
     out = StepOutcome(step)
     first_failure: float | None = None
     while True:
         collect(out)
+        seen = time.perf_counter()
+        for rank in out.reports:
+            out.arrived.setdefault(rank, seen)
         now = time.monotonic()
         if len(out.reports) + len(out.dead) == len(ranks):
             break
@@ -117,6 +123,8 @@ def wait_for(step: str, ranks: list[int], collect, phases, deadline: float, sinc
             break
         time.sleep(poll_s)
     out.answered_at = time.perf_counter()
+    if answered is not None:
+        answered()
     out.missing = [r for r in ranks if r not in out.reports and r not in out.dead]
     out.phases = phases()
     out.elapsed_s = time.monotonic() - since
@@ -157,13 +165,16 @@ class Ranks(Protocol):
 
     def wait_ready(self, timeout_s: float) -> StepOutcome: ...  # until every rank joined its process group
 
-    def run(self, cmd: Command, timeout_s: float) -> StepOutcome: ...  # one step on every rank
+    def run(self, cmd: Command, timeout_s: float, poll_s: float = POLL_S, answered=None) -> StepOutcome: ...
+    # one step on every rank; ``answered()`` is called as soon as the wait ends (see wait_for)
 
     def log_tail(self, rank: int, chars: int = LOG_TAIL_CHARS) -> str: ...  # the end of a rank's output
 
     def freeze(self, timeout_s: float) -> bool: ...  # stop every process of the set (False: not in time)
 
     def thaw(self) -> None: ...  # resume them
+
+    def ran_while_frozen(self) -> str: ...  # why a process of the set ran since its freeze was proven, or ""
 
     def signal_kill(self) -> None: ...  # SIGKILL to every rank, without waiting
 
@@ -277,11 +288,12 @@ class RankSet:
         sent before the command (the tag is unpredictable)."""
         return replace(cmd, tag=f"{cmd.step}.{next(self._tags)}.{secrets.token_hex(6)}")
 
-    def run(self, cmd: Command, timeout_s: float, poll_s: float = POLL_S) -> StepOutcome:
+    def run(self, cmd: Command, timeout_s: float, poll_s: float = POLL_S, answered=None) -> StepOutcome:
         started = time.monotonic()
         cmd = self.tag(cmd)
         self.send(cmd)
-        return self.wait(cmd.tag, started + timeout_s, since=started, poll_s=poll_s, kind=cmd.answer)
+        return self.wait(cmd.tag, started + timeout_s, since=started, poll_s=poll_s, kind=cmd.answer,
+                         answered=answered)
 
     def collect(self, tag: str, out: StepOutcome) -> None:
         """One look at each rank not yet accounted for in ``out``: its report, or its death."""
@@ -307,9 +319,9 @@ class RankSet:
         return {r: self._reports[r].phase for r in self.ranks}
 
     def wait(self, tag: str, deadline: float, since: float, poll_s: float = POLL_S,
-             kind: type[Report] = Report) -> StepOutcome:
+             kind: type[Report] = Report, answered=None) -> StepOutcome:
         return wait_for(tag, self.ranks, lambda out: self.collect(tag, out), self.phases, deadline, since, poll_s,
-                        kind)
+                        kind, answered)
 
     def log_tail(self, rank: int, chars: int = LOG_TAIL_CHARS) -> str:
         try:
@@ -324,6 +336,9 @@ class RankSet:
 
     def thaw(self) -> None:
         self.freezer.thaw()
+
+    def ran_while_frozen(self) -> str:
+        return self.freezer.ran_while_frozen()
 
     def close(self, grace_s: float = 1.0) -> None:
         """Ask the ranks to exit; kill the sandbox if it is still there."""

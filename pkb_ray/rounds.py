@@ -18,12 +18,10 @@ the sample's :class:`~pkb_ray.deadlines.Deadline` (the clean set's by it plus th
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from pkb_ray.config import EvalConfig
 from pkb_ray.deadlines import MARGIN_S, Deadline
@@ -65,6 +63,7 @@ class Timing:
     graph_error: str = ""  # why graph mode was asked for and not used
     k_graph: int = 0  # calls per graph replay (calibrated on replays)
     watched: dict[int, Answer] = field(default_factory=dict)  # the candidate's reports after the rounds
+    escaped: str = ""  # how the candidate's processes ran while stopped (the freezer's proof)
 
     def of(self, mode: str) -> list[Region]:
         return [r for r in self.regions if r.mode == mode]
@@ -85,7 +84,9 @@ class RoundDriver:
         self.ranks, self.clean, self.case, self.cfg, self.kept_dir = ranks, clean, case, cfg, kept_dir
         self.base_seeds = base_seeds  # make_inputs seeds of the base sets every timed call's inputs come from
         self.deadline = deadline
-        self._bracket_us = 0.0  # of the last step
+        self._bracket_us = 0.0  # of the last step: from resuming its set to seeing it stopped again
+        self._arrived_us = {}  # of the last step: rank -> from resuming its set to its report
+        self._stopped: dict[int, bool] = {}  # id(rank set) -> seen stopped since its last step
         self.rng = secrets.SystemRandom()
         self.timing = Timing()
 
@@ -94,6 +95,7 @@ class RoundDriver:
         try:
             self._run()
         finally:
+            self.resume_all()
             self.timing.seconds = time.monotonic() - t0
         return self.timing
 
@@ -102,13 +104,10 @@ class RoundDriver:
         for side in Side:  # JIT, allocator, NCCL channels
             if cfg.warmup and self._region(side, cfg.warmup, "warmup", timed=False) is None:
                 return
-        per_call = []
-        for side in Side:
-            region = self._region(side, cfg.timing_sets, "calibration", timed=False)
-            if region is None:
-                return
-            per_call.append(max(r.us for r in region.reports.values()))
-        k = self.timing.k = calls_per_round(max(per_call), cfg.round_us, cfg.max_round_calls)
+        # k from the reference's own time per call (the clean set's clock: the candidate cannot slow it)
+        region = self._region(Side.REF, cfg.timing_sets, "calibration", timed=False)
+        k = self.timing.k = calls_per_round(max(r.us for r in region.reports.values()), cfg.round_us,
+                                            cfg.max_round_calls)
         modes = {TimingMode.EAGER: [TimingMode.EAGER], TimingMode.GRAPH: [TimingMode.GRAPH],
                  TimingMode.BOTH: [TimingMode.EAGER, TimingMode.GRAPH]}[cfg.timing_mode]
         if TimingMode.GRAPH in modes:
@@ -128,12 +127,16 @@ class RoundDriver:
     def quiet(self, mode: str, k: int) -> list[Region]:
         """The reference alone (this driver made with no candidate's ranks): a warmup, and ``rounds``
         timed regions of ``k`` calls in ``mode``, as the sample's rounds time it."""
-        self._region(Side.REF, self.cfg.warmup or 1, "quiet warmup", timed=False)
-        if mode == TimingMode.GRAPH:
-            cmd = Capture(case=self.case, side=Side.REF, k=k, nonce=self.rng.getrandbits(55), base_seeds=self.base_seeds)
-            self._step(Side.REF, cmd, "capturing the reference alone")
-        return [self._region(Side.REF, k, f"quiet {mode} round {i}", timed=True, mode=mode)
-                for i in range(self.cfg.rounds)]
+        try:
+            self._region(Side.REF, self.cfg.warmup or 1, "quiet warmup", timed=False)
+            if mode == TimingMode.GRAPH:
+                cmd = Capture(case=self.case, side=Side.REF, k=k, nonce=self.rng.getrandbits(55),
+                              base_seeds=self.base_seeds)
+                self._step(Side.REF, cmd, "capturing the reference alone")
+            return [self._region(Side.REF, k, f"quiet {mode} round {i}", timed=True, mode=mode)
+                    for i in range(self.cfg.rounds)]
+        finally:
+            self.resume_all()
 
     def _capture_for_rounds(self, k: int) -> bool | None:
         """Capture k calls a side, time one untimed replay a side, and capture again with more calls
@@ -142,14 +145,9 @@ class RoundDriver:
         captured = self._capture(k)
         if not captured:
             return captured
-        per_call = []
-        for side in Side:
-            region = self._region(side, k, "graph calibration", timed=False, mode=TimingMode.GRAPH)
-            if region is None:
-                return None
-            per_call.append(max(r.us for r in region.reports.values()))
-        more = min(calls_per_round(max(per_call), self.cfg.round_us, self.cfg.max_round_calls),
-                   GRAPH_CALLS_FACTOR * k)
+        region = self._region(Side.REF, k, "graph calibration", timed=False, mode=TimingMode.GRAPH)
+        more = min(calls_per_round(max(r.us for r in region.reports.values()), self.cfg.round_us,
+                                   self.cfg.max_round_calls), GRAPH_CALLS_FACTOR * k)
         self.timing.k_graph = k
         if more > 2 * k:
             captured = self._capture(more)
@@ -194,31 +192,75 @@ class RoundDriver:
 
     def _step(self, side: Side, cmd: Command, what: str) -> StepOutcome | None:
         """One step on the set that runs ``side``, the other set stopped meanwhile: a candidate's
-        by the sample's deadline, the clean set's by the deadline plus the margin. None
+        by the sample's deadline, the clean set's by the deadline plus the margin. The bracket
+        (:attr:`_bracket_us`) runs from resuming the set to seeing every process of it stopped
+        again: whatever the set does in between, after its report too, is its time. None
         (``timing.failed`` set) when the candidate's step failed; the clean set's raises."""
         left = self.deadline.left(self.cfg.timeout_s)
         if self.ranks is not None and left <= 0:  # nothing more of this sample runs
             return self._failed(cmd, f"{what}, past the sample's deadline ({self.deadline.budget_s:.0f} s from its trials)")
+        ranks, other = (self.ranks, self.clean) if side is Side.CAND else (self.clean, self.ranks)
+        if not self._park(other, cmd, what):
+            return None
         if side is Side.CAND:
-            # the clean set stopped too: each side's command then meets processes just resumed, so
-            # both brackets hold the same wake-up (the hidden-time check compares them)
-            with _stopped(self.clean, FREEZE_TIMEOUT_S) as stopped:
-                if not stopped:
-                    raise CleanSetFailed(f"{what}: the clean set did not stop", StepOutcome(cmd.step))
-                outcome = self._timed_run(self.ranks, cmd, left)
-            if not outcome.ok:
-                late = outcome.missing and self.deadline.passed
-                self.timing.failed, self.timing.what = outcome, what + (
-                    f", at the sample's deadline ({self.deadline.budget_s:.0f} s from its trials)" if late else "")
+            escaped = self.ranks.ran_while_frozen() if self._stopped.get(id(self.ranks)) else ""
+            if escaped:  # it ran while the reference had the devices to itself
+                self.timing.escaped, self.timing.what = escaped, what
                 return None
-            return outcome
-        with _stopped(self.ranks, min(FREEZE_TIMEOUT_S, left)) as stopped:  # no candidate's set: a quiet baseline
+        else:
+            left = self.deadline.left(self.cfg.timeout_s, margin=MARGIN_S)
+        ends: list = []  # (seen stopped, when): set as soon as the last rank answered
+
+        def stop() -> None:
+            ends.append((self._stop(ranks), time.perf_counter()))
+
+        t0 = time.perf_counter()
+        ranks.thaw()
+        self._stopped[id(ranks)] = False
+        outcome = ranks.run(cmd, left, poll_s=REGION_POLL_S, answered=stop)
+        stopped, t1 = ends[0] if ends else (self._stop(ranks), time.perf_counter())
+        self._bracket_us = (t1 - t0) * 1e6
+        self._arrived_us = {r: (at - t0) * 1e6 for r, at in outcome.arrived.items()}
+        if side is Side.REF:
+            if not outcome.ok:
+                raise CleanSetFailed(what, outcome)
             if not stopped:
-                return self._failed(cmd, f"{what}: the candidate's processes did not stop within {FREEZE_TIMEOUT_S:.0f} s")
-            outcome = self._timed_run(self.clean, cmd, self.deadline.left(self.cfg.timeout_s, margin=MARGIN_S))
+                raise CleanSetFailed(f"{what}: the clean set did not stop", outcome)
+            return outcome
         if not outcome.ok:
-            raise CleanSetFailed(what, outcome)
+            late = outcome.missing and self.deadline.passed
+            self.timing.failed, self.timing.what = outcome, what + (
+                f", at the sample's deadline ({self.deadline.budget_s:.0f} s from its trials)" if late else "")
+            return None
+        if not stopped:
+            return self._failed(cmd, f"{what}: the candidate's processes were not all seen stopped within "
+                                     f"{FREEZE_TIMEOUT_S:.0f} s")
         return outcome
+
+    def _stop(self, ranks: Ranks) -> bool:
+        """Every process of ``ranks`` stopped, and seen so (:meth:`pkb_ray.freezer.Freezer.freeze`)."""
+        stopped = ranks.freeze(FREEZE_TIMEOUT_S)
+        self._stopped[id(ranks)] = stopped
+        return stopped
+
+    def _park(self, ranks: Ranks | None, cmd: Command, what: str) -> bool:
+        """The set that does not run this step stopped (it may be already); False (the step failed,
+        or the clean set raised) when it could not be seen stopped in time."""
+        if ranks is None or self._stopped.get(id(ranks)):
+            return True
+        if self._stop(ranks):
+            return True
+        if ranks is self.clean:
+            raise CleanSetFailed(f"{what}: the clean set did not stop", StepOutcome(cmd.step))
+        self._failed(cmd, f"{what}: the candidate's processes were not all seen stopped within {FREEZE_TIMEOUT_S:.0f} s")
+        return False
+
+    def resume_all(self) -> None:
+        """Both sets running again (after the rounds: the checks, the watches, the next sample)."""
+        for ranks in (self.ranks, self.clean):
+            if ranks is not None:
+                ranks.thaw()
+                self._stopped[id(ranks)] = False
 
     def _failed(self, cmd: Command, what: str) -> None:
         """The candidate's step as failed without an answer from its ranks (``what`` says why)."""
@@ -226,14 +268,6 @@ class RoundDriver:
                                          elapsed_s=time.monotonic() - self.deadline.started)
         self.timing.what = what
         return None
-
-    def _timed_run(self, ranks: Ranks, cmd: Command, timeout_s: float) -> StepOutcome:
-        """``ranks.run``, its bracket (microseconds from sending to the last report) kept: freezing
-        and resuming the candidate, and reading the reports, stay outside it."""
-        t0 = time.perf_counter()
-        outcome = ranks.run(cmd, timeout_s, poll_s=REGION_POLL_S)
-        self._bracket_us = ((outcome.answered_at or time.perf_counter()) - t0) * 1e6
-        return outcome
 
     def _region(self, side: Side, k: int, what: str, timed: bool, mode: str = TimingMode.EAGER) -> Region | None:
         nonce = self.rng.getrandbits(56)
@@ -243,7 +277,7 @@ class RoundDriver:
         if outcome is None:
             return None
         return Region(side=side, k=k, bracket_us=self._bracket_us, reports=outcome.reports, nonce=nonce,
-                      mode=mode)
+                      mode=mode, arrived_us=self._arrived_us)
 
     def _pick(self, side: Side, i: int, region: Region) -> Keep:
         """Pick one call of this (timed, committed) region: the command that keeps it."""
@@ -253,18 +287,6 @@ class RoundDriver:
         self.timing.picks[pick_id] = Pick(id=pick_id, side=side, region=i, index=index, mode=region.mode,
                                           nonce=region.nonce, commits=commits)
         return Keep(case=self.case, index=index, id=pick_id, out_dir=str(self.kept_dir))
-
-
-@contextlib.contextmanager
-def _stopped(ranks: Ranks | None, timeout_s: float) -> Iterator[bool]:
-    """Every process of ``ranks`` stopped (True; False if not in time) for the block, resumed after."""
-    if ranks is None:
-        yield True
-        return
-    try:
-        yield ranks.freeze(timeout_s)
-    finally:
-        ranks.thaw()
 
 
 def _at(values: list[list[str]], index: int) -> list[str] | None:

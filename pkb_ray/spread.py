@@ -97,6 +97,10 @@ class RankHost:
         if ranks:
             ranks.thaw()
 
+    def ran_while_frozen(self, set_id: str) -> str:
+        ranks = self.sets.get(set_id)
+        return ranks.ran_while_frozen() if ranks else ""
+
     def signal_kill(self, set_id: str) -> None:
         ranks = self.sets.get(set_id)
         if ranks:
@@ -184,13 +188,13 @@ class SpreadRankSet:
     def wait_ready(self, timeout_s: float) -> StepOutcome:
         return self.wait(Step.READY, time.monotonic() + timeout_s, since=self.started_at, kind=Ready)
 
-    def run(self, cmd: Command, timeout_s: float, poll_s: float = POLL_S) -> StepOutcome:
+    def run(self, cmd: Command, timeout_s: float, poll_s: float = POLL_S, answered=None) -> StepOutcome:
         started = time.monotonic()
         cmd = self.local.tag(cmd)
         sends = [r.host.send.remote(r.set_id, self._prepare(r, cmd)) for r in self.remotes]
         self.local.send(cmd)
         ray.get(sends)
-        out = self.wait(cmd.tag, started + timeout_s, since=started, kind=cmd.answer)
+        out = self.wait(cmd.tag, started + timeout_s, since=started, kind=cmd.answer, answered=answered)
         if out.ok and getattr(cmd, "out_dir", ""):
             self._bring_back(cmd)
         return out
@@ -246,11 +250,12 @@ class SpreadRankSet:
                     out.dead.setdefault(int(rank), code)
             remote_phases.update({int(r): p for r, p in polled["phases"].items()})
 
-    def wait(self, tag: str, deadline: float, since: float, kind: type[Report] = Report) -> StepOutcome:
+    def wait(self, tag: str, deadline: float, since: float, kind: type[Report] = Report,
+             answered=None) -> StepOutcome:
         remote_phases: dict[int, str] = {}
         return wait_for(tag, self.ranks, lambda out: self._collect(tag, out, remote_phases),
                         lambda: {**self.local.phases(), **remote_phases}, deadline, since,
-                        poll_s=REMOTE_POLL_S if self.remotes else POLL_S, kind=kind)
+                        poll_s=REMOTE_POLL_S if self.remotes else POLL_S, kind=kind, answered=answered)
 
     def log_tail(self, rank: int, chars: int = 1500) -> str:
         if rank in self.local.ranks:
@@ -269,6 +274,15 @@ class SpreadRankSet:
             return ok and all(ray.get(refs, timeout=timeout_s + 5))
         except Exception:  # noqa: BLE001 - a host that does not answer has not stopped its part
             return False
+
+    def ran_while_frozen(self) -> str:
+        """Why some process of the set ran while stopped, on any node ("" when none did)."""
+        refs = [r.host.ran_while_frozen.remote(r.set_id) for r in self.remotes]
+        try:
+            found = [self.local.ran_while_frozen(), *ray.get(refs, timeout=30)]
+        except Exception:  # noqa: BLE001 - a host that does not answer cannot vouch for its part
+            return "a node's part of the set did not answer whether it ran while stopped"
+        return next((f for f in found if f), "")
 
     def thaw(self) -> None:
         refs = [r.host.thaw.remote(r.set_id) for r in self.remotes]

@@ -3,7 +3,7 @@
 Inputs are of two trust levels. What a *candidate's* rank set reports (its times, commitments,
 output devices, the names of functions it found replaced) is forgeable: the candidate shares the
 process. What a *clean* rank set reports (the comparisons) and what the parent observed itself
-(deaths, deadlines, its clock around each region) is not. A forged report can only make a
+(deaths, deadlines, its clock around each region, the freezer's proof) is not. A forged report can only make a
 candidate look worse, or be caught here: never pass a check that the clean side or the parent's
 clock decides. Every report arrives as its step's :mod:`pkb_ray.wire` record, or as a
 :class:`~pkb_ray.wire.Failure` when it did not parse (``unreadable_report``: tampering, rule 1).
@@ -18,10 +18,11 @@ stage has not run yet does not apply):
    reference's do not, or a clean comparison that failed: wrong output.
 4. A timing step failed (as in 1), or the candidate's process reported replacements then or after
    the rounds: its status, or tampering.
-5. Timing: an output on another device, or one buffer returned by every call: wrong output. A time
-   that cannot be true (more than the parent's bracket), or time hidden outside the reported
-   figure (see :func:`forged_time`): tampering. A picked timed output not handed over: tampering;
-   one that differs from the clean reference: wrong output.
+   A process of the candidate's set that ran while the set was stopped (the freezer's proof, by
+   CPU time) escaped it: tampering.
+5. Timing: an output on another device, or one buffer returned by every call: wrong output. A
+   picked timed output not handed over: tampering; one that differs from the clean reference:
+   wrong output. (Times are the parent's: nothing a rank reports about its time is judged.)
 6. (In the harness, after the sample's set is gone: :mod:`pkb_ray.interference`.) A correct
    sample beside which the reference ran slower than alone, in two evaluations: tampering
    (:func:`interfered`).
@@ -29,8 +30,6 @@ stage has not run yet does not apply):
 
 from __future__ import annotations
 
-import math
-import statistics
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -38,15 +37,6 @@ from pkb_ray.names import Side, Status, TimingMode
 from pkb_ray.wire import Answer, ChecksReport, Failure, Pick, RegionReport, TrialsReport
 
 REPORTED_STATUSES = {Status.IMPORT_ERROR.value, Status.RUNTIME_ERROR.value}
-BRACKET_SLACK_US = 50.0  # clock reads on either side of a message: a report may exceed the bracket by this
-HIDDEN_FLOOR_US = 200.0  # unexplained time per region the candidate side may have beyond the reference's...
-HIDDEN_FRACTION = 0.5  # ...or this fraction of the reference's reported region, whichever is larger...
-# ...or this fraction of the candidate's own reported region: outside its timed calls, a candidate
-# that makes many collective calls leaves the collective library work that grows with them (16
-# gloo all-reduces a call: +0.1-0.5 ms a region beyond the reference's on 2 cores, up to 3 % of
-# its region). A forger hides at most this fraction of its time, so it gains at most ~10 %.
-HIDDEN_FRACTION_OF_CAND = 0.1
-NOISE_SIGMAS = 3.0  # ...or this many standard errors of the difference (the messages' own jitter)
 
 
 @dataclass(frozen=True)
@@ -69,8 +59,10 @@ class StepView:
 
 @dataclass
 class Region:
-    """One timed region as the parent saw it: the side, k calls, the parent's bracket (microseconds,
-    from sending the command to the last rank's report) and each rank's report."""
+    """One timed region as the parent saw it: the side, k calls, the parent's bracket (microseconds
+    from resuming the side's set to seeing every process of it stopped again: the region's time),
+    when each rank's report came (microseconds from the same start) and each rank's report (the
+    rank's own figures: diagnostics, never a time the verdict uses)."""
 
     side: Side
     k: int
@@ -78,6 +70,11 @@ class Region:
     reports: dict[int, RegionReport]
     nonce: int = 0
     mode: str = TimingMode.EAGER  # eager calls, or a graph replay
+    arrived_us: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def us_per_call(self) -> float:
+        return self.bracket_us / self.k
 
 
 @dataclass
@@ -94,6 +91,7 @@ class Evidence:
     watched: dict[int, Answer] = field(default_factory=dict)  # the candidate's reports after the rounds
     picks: dict[int, Pick] = field(default_factory=dict)
     timed_checks: dict[int, ChecksReport] | None = None  # the clean set's comparisons of the picked calls
+    escaped: str = ""  # how the candidate's processes ran while stopped (the freezer's CPU-time proof)
 
 
 def _trials_failed(e: Evidence) -> Verdict | None:
@@ -111,6 +109,9 @@ def _trials_wrong(e: Evidence) -> Verdict | None:
 
 
 def _timing_failed(e: Evidence) -> Verdict | None:
+    if e.escaped:
+        return Verdict(Status.TAMPERING, f"during timing ({e.timing_what}): {e.escaped}: it escaped the freezer "
+                                         "while the reference was timed")
     if e.timing_failed is not None:
         return _step(e.timing_failed, f"during timing ({e.timing_what}): ") or tampering(e.timing_failed.reports)
     return tampering(e.watched)
@@ -200,53 +201,6 @@ def trial_verdict(candidate: dict[int, TrialsReport], checks: dict[int, ChecksRe
     return None
 
 
-def forged_time(regions: list[Region]) -> Verdict | None:
-    """Times that cannot be true.
-
-    A rank's region figure times k calls inside the parent's bracket, so k x figure can never
-    exceed the bracket. What the bracket holds beyond the figure (input generation, commitments,
-    the messages) is the same work for both sides; a candidate that reports less than it took
-    moves that time into the unexplained part. Per rank, over the rounds (each a reference and a
-    candidate region back to back), the median of the candidate's unexplained time minus the
-    reference's may be at most the largest of HIDDEN_FLOOR_US,
-    HIDDEN_FRACTION of the reference's median region, HIDDEN_FRACTION_OF_CAND of the candidate's,
-    and NOISE_SIGMAS standard errors of that difference (estimated from the spread of the
-    unexplained times): a forger gains at most that much per region, undetected.
-    """
-    for region in regions:
-        for rank, rep in sorted(region.reports.items()):
-            total = rep.us * region.k
-            if total > region.bracket_us + BRACKET_SLACK_US:
-                return Verdict(Status.TAMPERING, f"rank {rank} reported {total:.0f} us for a {region.side} region "
-                                                 f"that the parent saw take {region.bracket_us:.0f} us", rank)
-    for mode in (TimingMode.EAGER, TimingMode.GRAPH):  # a mode's rounds against each other only
-        found = _hidden_time([r for r in regions if r.mode == mode])
-        if found:
-            return found
-    return None
-
-
-def _hidden_time(regions: list[Region]) -> Verdict | None:
-    ranks = sorted({r for region in regions for r in region.reports})
-    pairs = [(a, b) if a.side is Side.REF else (b, a) for a, b in zip(regions[::2], regions[1::2]) if a.side != b.side]
-    for rank in ranks:
-        # a round's two regions run back to back: their difference cancels the load of the moment
-        diffs = [(c.bracket_us - c.reports[rank].us * c.k) - (r.bracket_us - r.reports[rank].us * r.k)
-                 for r, c in pairs if rank in r.reports and rank in c.reports]
-        if not diffs:
-            continue
-        ref_region = statistics.median(r.reports[rank].us * r.k for r, _ in pairs if rank in r.reports)
-        cand_region = statistics.median(c.reports[rank].us * c.k for _, c in pairs if rank in c.reports)
-        extra = statistics.median(diffs)
-        allowed = max(HIDDEN_FLOOR_US, HIDDEN_FRACTION * ref_region, HIDDEN_FRACTION_OF_CAND * cand_region,
-                      _noise_quantile(NOISE_SIGMAS, len(diffs) - 1) * _median_error(diffs))
-        if extra > allowed:
-            return Verdict(Status.TAMPERING, f"rank {rank}: the candidate's regions took {extra:.0f} us more than "
-                                             f"its reported times explain, beyond the reference's (allowed "
-                                             f"{allowed:.0f} us): times forged", rank)
-    return None
-
-
 def timed_verdict(regions: list[Region], checks: dict[int, ChecksReport], picks: dict[int, Pick],
                   device: dict[int, str]) -> Verdict | None:
     """Timing: region reports (devices, aliases), the parent's brackets, and the clean checks of the
@@ -262,9 +216,6 @@ def timed_verdict(regions: list[Region], checks: dict[int, ChecksReport], picks:
                 if earlier:
                     return Verdict(Status.WRONG_OUTPUT, f"timed calls rank {rank}: {earlier[0]} (it returns the "
                                                         "same buffer every call)", rank)
-    forged = forged_time(regions)
-    if forged:
-        return forged
     for rank, report in sorted(checks.items()):
         for check in report.checks:
             if check.ok:
@@ -277,24 +228,6 @@ def timed_verdict(regions: list[Region], checks: dict[int, ChecksReport], picks:
             return Verdict(Status.WRONG_OUTPUT, f"a timed call gave a wrong answer (e.g. a cached result): rank {rank} "
                                                 f"{where}: {check.where}: {check.message}", rank)
     return None
-
-
-def _noise_quantile(z: float, df: int) -> float:
-    """``z`` standard errors widened for a spread estimated from ``df + 1`` rounds only (Student's t
-    quantile for the same tail, by its Cornish-Fisher expansion: within ~15 % of t from 4 degrees
-    of freedom, 3.4 at 19 against 3.0 at infinity). Few rounds estimate the noise poorly; without
-    this, 5-round evaluations of reference copies on a loaded 2-core machine were judged forged."""
-    if df < 1:
-        return float("inf")
-    return z * (1 + (z * z + 1) / (4 * df) + (5 * z**4 + 16 * z * z + 3) / (96 * df * df))
-
-
-def _median_error(values: list[float]) -> float:
-    """Standard error of a median, from the inter-quartile range (normal approximation)."""
-    if len(values) < 4:
-        return float("inf") if len(values) < 2 else abs(max(values) - min(values))
-    q1, _, q3 = statistics.quantiles(values, n=4)
-    return 1.2533 * (q3 - q1) / 1.349 / math.sqrt(len(values))
 
 
 def _same_device(found: str, expected: str) -> bool:

@@ -54,3 +54,69 @@ def test_freeze_stops_the_whole_tree_and_thaw_resumes_it():
     finally:
         os.killpg(root.pid, signal.SIGKILL)
         root.wait()
+
+
+# two helpers that resume each other: each spins sending SIGCONT to the other (a sample's escape)
+PAIR = """
+import os, signal, time
+other = os.getpid()
+child = os.fork()
+peer = other if child == 0 else child
+while True:
+    try:
+        os.kill(peer, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+"""
+
+
+def _cpu_ns(pids):
+    from pkb_ray.freezer import cpu_ns, tasks
+    return sum(cpu_ns(pid, tid) or 0 for pid in pids for tid in tasks(pid))
+
+
+def test_helpers_that_resume_each_other_are_never_called_frozen_while_they_run():
+    root = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys, time\n"
+                             f"subprocess.Popen([sys.executable, '-c', {PAIR!r}])\ntime.sleep(600)"],
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while len(descendants(root.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pair = descendants(root.pid)
+        assert len(pair) == 2, pair
+        outcomes = []
+        for _ in range(5):
+            freezer = Freezer(root.pid)
+            frozen = freezer.freeze(0.5)
+            outcomes.append(frozen)
+            if frozen:  # seen stopped in one pass: then nothing of it may run unnoticed
+                before = _cpu_ns(pair)
+                time.sleep(0.2)
+                assert _cpu_ns(pair) - before < 1_000_000 or freezer.ran_while_frozen(), "ran, unnoticed"
+            freezer.thaw()
+        print("freezes proven:", outcomes)
+    finally:
+        os.killpg(root.pid, signal.SIGKILL)
+        root.wait()
+
+
+def test_a_process_resumed_after_the_freeze_is_found_by_its_cpu_time():
+    root = subprocess.Popen([sys.executable, "-c", TREE], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while len(descendants(root.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        freezer = Freezer(root.pid)
+        assert freezer.freeze(5.0)
+        time.sleep(0.05)
+        assert freezer.ran_while_frozen() == ""  # proven stopped: nothing ran since
+        spinner = next(p for p in descendants(root.pid) if SPIN.encode() in open(f"/proc/{p}/cmdline", "rb").read())
+        os.kill(spinner, signal.SIGCONT)  # what an escaped helper would do
+        time.sleep(0.2)
+        found = freezer.ran_while_frozen()
+        assert f"process {spinner}" in found and "while its set was stopped" in found, found
+        freezer.thaw()
+    finally:
+        os.killpg(root.pid, signal.SIGKILL)
+        root.wait()

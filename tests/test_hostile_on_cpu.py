@@ -74,23 +74,31 @@ def test_hostile_sample_gets_its_status(shared_harness, name, status, needle):
     assert rank_processes_left(h.work_dir) == []
 
 
-def test_forged_report_times_are_caught_by_the_parents_clock(make_harness):
-    # milliseconds of CPU noise per region: the margin needs many rounds. Both timing runs are
-    # forged, so both are caught; that an honest run at this setting is not is the next test's
-    # second run, judged correct (its first, forged like this one's, is caught)
-    h = make_harness(2, size=BIG, rounds=100, timeout_s=60)
-    forged = h.evaluate(_sample("forges_reports.py"))
-    assert forged.status == Status.TAMPERING, forged.message
-    assert "times forged" in forged.message, forged.message
+def test_a_timer_whose_code_is_rewritten_is_seen_and_gains_nothing(shared_harness):
+    # it assigns new code to the report writer (the object stays the one the watch holds): the
+    # watch compares code too; and its times would not count anyway (the next test)
+    result = shared_harness(2, size=BIG, rounds=20, timeout_s=60).evaluate(_sample("forges_reports.py"))
+    assert result.status == Status.TAMPERING, result.message
+    assert "pkb_ray.runner.protocol.write_report" in result.message, result.message
 
 
-def test_hidden_time_is_tampering_only_when_a_second_timing_run_shows_it_too(make_harness):
-    # forged in the first run only (as a burst of load could look once): timed again, judged on the
-    # second, honest run. The forger above forges both runs and stays tampering.
-    h = make_harness(2, size=BIG, rounds=100, timeout_s=60)  # two timing runs of 100 rounds
-    result = h.evaluate(_sample("forges_first_timing_only.py"))
+def test_forged_report_times_where_no_watch_looks_gain_nothing(shared_harness):
+    # its reports say 50x less time than its regions took: the time is the parent's clock
+    h = shared_harness(2, size=BIG, rounds=20, timeout_s=60)
+    result = h.evaluate(_sample("forges_reports_unseen.py"))
     assert result.status == Status.CORRECT, result.message
-    assert HONEST_RANGE[0] < result.speedup < HONEST_RANGE[1]  # the second run's honest times, not 50x
+    assert min(result.cand_median_us) > 0.3 * max(result.ref_median_us), (result.cand_median_us, result.ref_median_us)
+    assert_gains_nothing(h, "forges_reports_unseen.py", result)
+
+
+@pytest.mark.parametrize("name", ["busy_helper.py", "allocates_heavily.py"])
+def test_honest_samples_that_load_their_own_machine_are_correct(shared_harness, name):
+    # no "times forged" verdict to get wrong: their load is their time, and the helper is stopped
+    # with them while the reference runs (no interference, no escape)
+    h = shared_harness(2, size=BIG, rounds=20, timeout_s=60)
+    result = h.evaluate(_sample(name))
+    assert result.status == Status.CORRECT, result.message
+    assert rank_processes_left(h.work_dir) == []
 
 
 @pytest.mark.parametrize("name", ["memo_by_address.py", "memo_by_values.py", "memo_by_hash.py"])
@@ -99,12 +107,9 @@ def test_memoising_gains_nothing(shared_harness, name):
     result = h.evaluate(_sample(name))
     # every timed call has inputs no call saw before: no hits. A hit on a reused address answers
     # stale data on one rank and skips the collective there: a hang, or a wrong answer. A memo keeps
-    # every output alive (4 MiB a call here), so the harness's fresh inputs between the calls land on
-    # new pages: time in the parent's bracket outside the candidate's calls. On a loaded 2-core
-    # machine that has passed the hidden-time allowance (6.9 ms against 6.0 ms a region, memo_by_hash,
-    # 2026-12-05): rejected as tampering, which gains nothing either.
-    hidden = result.status == Status.TAMPERING and "more than its reported times explain" in result.message
-    assert result.status in (Status.CORRECT, Status.TIMEOUT, Status.WRONG_OUTPUT) or hidden, result.message
+    # every output alive (4 MiB a call here): the page faults of the fresh inputs between its calls
+    # are its time, as the parent's clock counts everything between resuming its set and stopping it.
+    assert result.status in (Status.CORRECT, Status.TIMEOUT, Status.WRONG_OUTPUT), result.message
     assert_gains_nothing(h, name, result)
 
 

@@ -21,7 +21,7 @@ from pkb_ray.runner import extensions, tensor_io
 from pkb_ray.runner.loading import candidate_traceback, load_candidate
 from pkb_ray.runner.protocol import Side, StepFailed, tensor_file
 from pkb_ray.runner.session import RankSession
-from pkb_ray.runner.watch import TorchWatch, watched
+from pkb_ray.runner.watch import TorchWatch, behaviour, changed, watched
 from pkb_ray.wire import (Capture, Command, Keep, KeepReport, Report, RunTrials, TimeRegion, TrialsReport,
                           Watched)
 
@@ -34,7 +34,7 @@ class CandidateSession(RankSession):
     def __init__(self, rank: int, world_size: int, device: torch.device, job_dir: Path):
         super().__init__(rank, world_size, device, job_dir)
         self.candidate: Callable[..., Any] | None = None
-        self._originals: dict[str, Any] = {}  # the evaluator's functions as they were before the candidate came
+        self._originals: dict[str, tuple] = {}  # the evaluator's functions as they were before the candidate came
         self._torch: TorchWatch | None = None  # torch's functions likewise
 
     def steps(self) -> dict[type[Command], Callable[[Any], Report]]:
@@ -50,9 +50,7 @@ class CandidateSession(RankSession):
         # not inside a region's bracket: the clean set's regions have no watch to match its cost; a
         # replacement made during regions is still there at the next keep (one ends the rounds)
         if self._torch is not None and isinstance(report, Watched):
-            now = watched()
-            replaced = [name for name, fn in self._originals.items() if now.get(name) is not fn]
-            report = replace(report, tampered=replaced + self._torch.replaced())
+            report = replace(report, tampered=changed(self._originals, watched()) + self._torch.replaced())
         return report
 
     def trials(self, cmd: RunTrials) -> TrialsReport:
@@ -63,7 +61,8 @@ class CandidateSession(RankSession):
                                     self.job_dir / "torch_extensions", cmd.arch_list or None)
         self._phase("import")
         try:
-            self._originals, self._torch = watched(), TorchWatch()
+            self._originals = {name: behaviour(fn) for name, fn in watched().items()}
+            self._torch = TorchWatch()
             module = load_candidate(cmd.candidate_path)
         except BaseException:  # noqa: BLE001 - SystemExit too: whatever import does is its verdict
             raise StepFailed(Status.IMPORT_ERROR.value, candidate_traceback()) from None

@@ -3,8 +3,11 @@
 Only a candidate's rank set runs these watches, after each step. The reference is timed in the
 clean set, so a replaced torch function can only change the candidate's own calls; a replacement
 is still reported (``tampered``), as the clearest evidence there is of a sample that rewrites
-what it is measured with. A replacement restored in time is not seen here; nothing the verdict
-rests on depends on it (docs/threat-model.md).
+what it is measured with. A function counts as replaced when the name holds another object, or
+the same object with other code, defaults or closure (``fn.__code__ = ...`` keeps the object). A
+replacement restored in time is not seen here, nor one made below Python (ctypes); nothing the
+verdict rests on depends on this watch: the times are the parent's and the outputs are compared by
+the clean set (docs/threat-model.md).
 """
 
 from __future__ import annotations
@@ -23,6 +26,23 @@ from pkb_ray.runner import protocol, tensor_io
 TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 # the runner's modules whose own bindings of the timer and the fingerprints a candidate could replace
 RUNNER_BINDINGS = {"pkb_ray.runner.session": ("timed_region", "timed_replay", "fingerprints")}
+
+
+def behaviour(fn: Any) -> tuple:
+    """What decides what ``fn`` does, as far as Python shows it: the object, and for a Python
+    function its code, defaults and closure cells (their identities)."""
+    cells = getattr(fn, "__closure__", None) or ()
+    return (fn, getattr(fn, "__code__", None), getattr(fn, "__defaults__", None),
+            getattr(fn, "__kwdefaults__", None), tuple(id(c) for c in cells))
+
+
+def same(a: tuple, b: tuple) -> bool:
+    return all(x is y for x, y in zip(a[:4], b[:4])) and a[4] == b[4]
+
+
+def changed(before: dict[str, tuple], now: dict[str, Any]) -> list[str]:
+    """Names of ``before`` (name -> :func:`behaviour`) whose function in ``now`` behaves otherwise."""
+    return [name for name, seen in before.items() if not same(seen, behaviour(now.get(name)))]
 
 
 def watched() -> dict[str, Any]:
@@ -55,15 +75,15 @@ class TorchWatch:
         self._seen = []  # (owner's name, the owner, {attribute: callable} as imported)
         for name in self.OWNERS:
             owner = operator.attrgetter(name.partition(".")[2])(torch) if "." in name else torch
-            self._seen.append((name, owner, {attr: value for attr, value in self._namespace(owner).items()
+            self._seen.append((name, owner, {attr: behaviour(value) for attr, value in self._namespace(owner).items()
                                              if callable(value) and not isinstance(value, ModuleType)}))
 
     def replaced(self) -> list[str]:
         found = []
         for name, owner, seen in self._seen:
             now = self._namespace(owner)
-            found += [f"{name}.{attr}" for attr, fn in seen.items()
-                      if now.get(attr) is not fn and not self._torch_own(now.get(attr), fn)]
+            found += [f"{name}.{attr}" for attr, old in seen.items()
+                      if not same(old, behaviour(now.get(attr))) and not self._torch_own(now.get(attr), old[0])]
         return found
 
     @staticmethod
