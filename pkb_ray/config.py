@@ -153,8 +153,11 @@ class EvalConfig(_Strict):
         "sandbox", description="sandbox: each sample's ranks share a bubblewrap sandbox (no credentials, read-only "
                                "files, private scratch, own PID namespace, limits); none: plain processes, for "
                                "debugging only. The run fails at start when the level cannot be had")
-    spot_checks: int = Field(8, ge=1, description="timed regions per side whose output (one call, picked at random "
-                                                  "after the region) a clean rank set recomputes and compares")
+    checked_calls: int = Field(150, ge=1, description="timed calls of a sample checked, on average: after each "
+                               "region every call is checked with probability checked_calls / (rounds x calls "
+                               "per round), decided then; its outputs and inputs are read from the candidate's "
+                               "memory and a clean rank set recomputes and compares them. A sample wrong on a "
+                               "fraction f of its calls passes with probability at most exp(-f x checked_calls)")
     zygote: bool = Field(True, description="fork each sample's sandboxed ranks from a template sandbox that "
                                            "imported torch once, in namespaces of their own (docs/isolation.md); "
                                            "false: a fresh sandbox and interpreter per sample (~2.5 s of CPU more)")

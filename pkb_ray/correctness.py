@@ -159,49 +159,6 @@ def copy_tree(value: Any, device: str | torch.device | None = None) -> Any:
     return value
 
 
-def fingerprint(value: Any) -> list[str]:
-    """A commitment to an output, one entry per tensor: dtype, shape and an exact integer sum of
-    its bytes (integer addition on the device is order-independent, so a clean process that
-    recomputes it on the same bytes gets the same number). A rank commits to the outputs of a
-    timed region before it learns which one it must hand over; the parent then checks that the
-    handed-over output is the committed one. Not a cryptographic hash: it only has to make a
-    *correct* output that matches a commitment to a wrong one as costly as computing it."""
-    return fingerprints([value])[0]
-
-
-def fingerprints(values: list[Any]) -> list[list[str]]:
-    """:func:`fingerprint` of each value, with one device-to-host transfer for all of them."""
-    sums, labels = [], []
-    for value in values:
-        labels.append([])
-        for t in _tensors(value):
-            labels[-1].append(f"{str(t.dtype).removeprefix('torch.')}:{tuple(t.shape)}")
-            sums.append(_byte_sum(t))
-    totals = [0] * len(sums)
-    for device in {t.device for t in sums}:  # one transfer per device the outputs live on
-        at = [n for n, t in enumerate(sums) if t.device == device]
-        for n, total in zip(at, torch.stack([sums[n] for n in at]).tolist()):
-            totals[n] = total
-    it = iter(totals)
-    return [[f"{label}:{next(it)}" for label in group] for group in labels]
-
-
-def _byte_sum(t: torch.Tensor) -> torch.Tensor:
-    flat = t.detach().contiguous().reshape(-1)
-    if flat.dtype == torch.bool:
-        flat = flat.view(torch.uint8)
-    elif flat.is_complex():
-        flat = torch.view_as_real(flat).reshape(-1)
-    raw = flat.view(torch.uint8)
-    if raw.numel() == 0:
-        return torch.zeros((), dtype=torch.int64, device=t.device)
-    for word in (torch.int64, torch.int32, torch.int16):
-        if raw.numel() % word.itemsize == 0 and flat.element_size() >= word.itemsize:
-            raw = raw.view(word)
-            break
-    return raw.to(torch.int64).sum()
-
-
 def output_devices(value: Any) -> list[str]:
     """The device of each output tensor, in order (outputs must live where the inputs do)."""
     return [str(t.device) for t in _tensors(value)]
@@ -223,31 +180,6 @@ def aliases(outputs: Any, inputs: Any, earlier: list[Any] = ()) -> list[str]:
     return found
 
 
-def region_aliases(outputs: list[Any], inputs: list[Any]) -> list[str]:
-    """:func:`aliases` of every call of a region, each call's outputs against its own inputs and
-    every earlier call's outputs, with one sweep over the outputs' sorted storage spans instead of
-    comparing each call with all earlier ones (a region holds hundreds of calls)."""
-    spans = [_spans(out) for out in outputs]
-    after_earlier = set()  # (call, output index) overlapping an earlier call's output
-    open_spans: list[tuple[int, int, int]] = []  # (end, call, index) of spans begun before, by end
-    for start, end, n, i in sorted((s, s + size, n, i) for n, sp in enumerate(spans) for i, (s, size) in enumerate(sp)):
-        while open_spans and open_spans[0][0] <= start:
-            heapq.heappop(open_spans)
-        for _, m, j in open_spans:  # every open span overlaps this one
-            if m != n:
-                after_earlier.add((n, i) if m < n else (m, j))
-        heapq.heappush(open_spans, (end, n, i))
-    found = set()
-    for n, sp in enumerate(spans):
-        ins = _spans(inputs[n])
-        for i, span in enumerate(sp):
-            if _overlaps(span, ins):
-                found.add(f"output {i} shares memory with an input")
-            elif (n, i) in after_earlier:
-                found.add(f"output {i} shares memory with an earlier call's output")
-    return sorted(found)
-
-
 def _spans(value: Any) -> list[tuple[int, int]]:
     return [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in _tensors(value)
             if t.untyped_storage().nbytes() > 0]
@@ -261,3 +193,111 @@ def _overlaps(span: tuple[int, int], others: list[tuple[int, int]]) -> bool:
 def structure(value: Any) -> list[list]:
     """[shape, dtype] of each output tensor: what poisoning needs, without the values."""
     return [[list(t.shape), str(t.dtype).removeprefix("torch.")] for t in _tensors(value)]
+
+
+# --- where a rank's tensors lie: what the trusted side reads them by ------------------------------
+# A rank reports, for every call, where each output and input tensor lies in its process's memory
+# (a *layout*: one entry per tensor, in order). The entry is cheap to make inside a timed region:
+# [address of the first element, numel, bytes per element] for a contiguous tensor, followed by the
+# shape and strides (in elements) for any other. The trusted side reads the bytes there itself,
+# while the rank's processes are stopped (pkb_ray.memory), and the clean set reinterprets them with
+# the reference's dtype and shape (from_layout). A forged entry can only point at bytes that are
+# then checked: right bytes at a forged address are right bytes that the call made.
+
+def layout(value: Any) -> list[list[int]]:
+    """The layout entry of each tensor of ``value``, in order."""
+    out = []
+    for t in _tensors(value):
+        entry = [t.data_ptr(), t.numel(), t.element_size()]
+        if not t.is_contiguous():
+            entry += [t.dim(), *t.shape, *t.stride()]
+        out.append(entry)
+    return out
+
+
+def entry_span(entry: list[int]) -> tuple[int, int]:
+    """(first byte, bytes) that a layout entry covers; a malformed entry covers nothing."""
+    if len(entry) < 3 or entry[1] <= 0 or entry[2] <= 0:
+        return (entry[0] if entry else 0, 0)
+    ptr, numel, item = entry[:3]
+    if len(entry) == 3:
+        return ptr, numel * item
+    ndim = entry[3]
+    shape, strides = entry[4:4 + ndim], entry[4 + ndim:4 + 2 * ndim]
+    if len(shape) != ndim or len(strides) != ndim or any(s < 0 for s in strides):
+        return ptr, 0
+    return ptr, (1 + sum((n - 1) * s for n, s in zip(shape, strides))) * item
+
+
+def layout_aliases(calls: list[tuple[list[list[int]], list[list[int]]]]) -> list[list[str]]:
+    """What :func:`aliases` finds, from layouts, call by call: given each call's (output entries,
+    input entries), its outputs that share memory with an input of their call or with an earlier
+    call's output (one sweep over the sorted spans: a region holds hundreds of calls)."""
+    spans = [[entry_span(e) for e in outs] for outs, _ in calls]
+    after_earlier = set()
+    open_spans: list[tuple[int, int, int]] = []
+    for start, end, n, i in sorted((s, s + size, n, i) for n, sp in enumerate(spans)
+                                   for i, (s, size) in enumerate(sp) if size > 0):
+        while open_spans and open_spans[0][0] <= start:
+            heapq.heappop(open_spans)
+        for _, m, j in open_spans:
+            if m != n:
+                after_earlier.add((n, i) if m < n else (m, j))
+        heapq.heappush(open_spans, (end, n, i))
+    found = []
+    for n, (sp, (_, ins)) in enumerate(zip(spans, calls)):
+        in_spans = [s for s in map(entry_span, ins) if s[1] > 0]
+        mine = set()
+        for i, span in enumerate(sp):
+            if span[1] > 0 and _overlaps(span, in_spans):
+                mine.add(f"output {i} shares memory with an input")
+            elif (n, i) in after_earlier:
+                mine.add(f"output {i} shares memory with an earlier call's output")
+        found.append(sorted(mine))
+    return found
+
+
+def from_layout(blob: torch.Tensor, entry: list[int], like: torch.Tensor) -> torch.Tensor | str:
+    """The tensor a layout entry's bytes (``blob``, uint8, as the trusted side read them) hold,
+    shaped and typed like the reference's ``like``; a message when they cannot be."""
+    if len(entry) < 3 or entry[1] != like.numel():
+        return f"{entry[1] if len(entry) > 1 else '?'} elements, expected {like.numel()} (shape {tuple(like.shape)})"
+    if entry[2] != like.element_size():
+        return f"{entry[2]} bytes an element, expected {like.element_size()} ({like.dtype})"
+    if blob.numel() != entry_span(entry)[1]:
+        return "the bytes read do not cover the tensor"
+    flat = blob.view(like.dtype) if blob.numel() else blob.new_empty(0).view(like.dtype)
+    if len(entry) == 3:
+        return flat.reshape(like.shape)
+    ndim = entry[3]
+    shape, strides = entry[4:4 + ndim], entry[4 + ndim:4 + 2 * ndim]
+    if list(shape) != list(like.shape):
+        return f"shape {tuple(shape)}, expected {tuple(like.shape)}"
+    return flat.as_strided(shape, strides)
+
+
+def rebuild(expected: Any, blobs: list[torch.Tensor], entries: list[list[int]]) -> tuple[Any, str]:
+    """``expected`` (the reference's value) with each tensor replaced, in order, by the one the
+    trusted side read (``blobs`` of uint8 at ``entries``); plain values are the reference's. A
+    message instead when the read tensors do not fit it."""
+    want = _tensors(expected)
+    if len(blobs) != len(want) or len(entries) != len(want):
+        return None, f"{len(entries)} tensors, expected {len(want)}"
+    made = []
+    for i, (blob, entry, like) in enumerate(zip(blobs, entries, want)):
+        found = from_layout(blob, entry, like)
+        if isinstance(found, str):
+            return None, f"tensor {i}: {found}"
+        made.append(found)
+    it = iter(made)
+
+    def swap(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return next(it)
+        if isinstance(value, (tuple, list)):
+            return type(value)(swap(v) for v in value)
+        if isinstance(value, dict):
+            return {k: swap(v) for k, v in value.items()}
+        return value
+
+    return swap(expected), ""

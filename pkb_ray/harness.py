@@ -21,6 +21,7 @@ import functools
 import json
 import os
 import platform
+import shutil
 import signal
 import time
 from datetime import datetime, timezone
@@ -40,7 +41,11 @@ from pkb_ray.ranks import RankIsolation, Ranks, RankSet, StepOutcome
 from pkb_ray.zygote import Zygotes
 from pkb_ray.reference_store import default_key_file
 from pkb_ray.references import ReferenceChanged, ReferenceFailed, References, base_seeds, trial_seeds
-from pkb_ray.rounds import CleanSetFailed, RoundDriver, Timing
+from pkb_ray.correctness import layout_aliases
+from pkb_ray.memory import write_capture
+from pkb_ray.rounds import FREEZE_TIMEOUT_S, CleanSetFailed, RoundDriver, Timing, pair
+from pkb_ray.runner import tensor_io
+from pkb_ray.runner.protocol import tensor_file
 from pkb_ray.runner.extensions import arch_list
 from pkb_ray.schema import Result, Sample, TrialRecord, Where
 from pkb_ray.timing import median_iqr, sample_time, speedup
@@ -150,6 +155,7 @@ class Harness:
                              eval_cfg.startup_timeout_s)
         self.clean = CleanRanks(self._spawn, self.work_dir, eval_cfg.startup_timeout_s)
         self.references = References(cache_dir / "references", self.clean, eval_cfg.timeout_s)
+        self._trusted: list[Path] = []  # the current sample's capture folders (_trusted_dir)
         self._quiet: dict[tuple, RefTimes] = {}  # (problem, dtype, size, mode, k) -> the reference alone
         self.deadline_epoch: float | None = None  # by when (time.time()) this gang answers: the pool's watch
         # where load_cuda in a rank finds what the compile stage built (pkb_ray.cuda), and the
@@ -227,6 +233,9 @@ class Harness:
             raise ReferenceFailed(str(exc)) from None
         finally:
             self.pool.retire(ranks)
+            for path in self._trusted:
+                shutil.rmtree(path, ignore_errors=True)
+            self._trusted.clear()
             clock.lap(EvalPhase.CLEANUP)
 
     def _judge_interference(self, fields: dict, attempt, expected, problem, dtype, knobs) -> dict:
@@ -284,8 +293,6 @@ class Harness:
         clock.lap(EvalPhase.READY)
         candidate = ranks.job_dir / "candidate.py"
         candidate.write_text(sample.source)
-        out_dir = ranks.job_dir / "outputs"
-        out_dir.mkdir()
         case = Case(problem_path=str(problem.path), dtype=dtype, size=knobs)
         # a sample whose format builds torch extensions (load_inline) may build them on the rank: the time too
         builds = formats.of(sample.metadata).builds_extensions
@@ -293,11 +300,14 @@ class Harness:
         deadline = Deadline.after(self.cfg.timeout_s + (self.cfg.inline_build_timeout_s if builds else 0.0))
         self._expect_within(deadline.budget_s + MARGIN_S)
         cmd = RunTrials(case=case, candidate_path=str(candidate), seeds=expected.seeds, structure=expected.structure,
-                        out_dir=str(out_dir), prebuilt=sample.metadata.get("torch_extensions", ""),
+                        prebuilt=sample.metadata.get("torch_extensions", ""),
                         arch_list=arch_list(self.hardware.arch or DEFAULT_ARCH))
         outcome = ranks.run(cmd, deadline.left())
         clock.lap(EvalPhase.TRIALS)
         evidence.trials = view(outcome, ranks)
+        trusted = self._trusted_dir(ranks)  # what the parent read of the candidate: out of its reach
+        if outcome.ok:
+            evidence.trial_aliases = self._read_trials(ranks, outcome, trusted / "trials")
         rank_builds = {"rank_builds": max((getattr(rep, "rank_builds", 0) for rep in outcome.reports.values()),
                                           default=None)} if builds else {}
         rule = formats.second_verdict()
@@ -306,10 +316,10 @@ class Harness:
             return {"verdict": found, **({rule.column: False} if rule else {}), **rank_builds}
         tol = self.tolerance(problem, dtype)
         try:
-            checks = self.references.check_trials(case, expected, out_dir, tol, deadline.left(margin=MARGIN_S))
+            checks = self.references.check_trials(case, expected, trusted / "trials", tol, deadline.left(margin=MARGIN_S))
         except ReferenceChanged:  # changed on disk since verified (a sample outside a sandbox?): recompute
             expected = ensure()
-            checks = self.references.check_trials(case, expected, out_dir, tol, deadline.left(margin=MARGIN_S))
+            checks = self.references.check_trials(case, expected, trusted / "trials", tol, deadline.left(margin=MARGIN_S))
         evidence.checks, evidence.reference = checks, expected.reference
         trials = _records(checks)
         clock.lap(EvalPhase.CHECK)
@@ -320,7 +330,7 @@ class Harness:
             return {"verdict": found, "trials": trials, **second}
         self.pool.quiet()
         clock.lap(EvalPhase.QUIET)
-        kept = ranks.job_dir / "kept"
+        kept = trusted / "timed"
         kept.mkdir()
         timing = RoundDriver(ranks, self.clean.get(), case, self.cfg, kept, base_seeds(self.cfg), deadline).run()
         clock.lap(EvalPhase.TIMING)
@@ -336,6 +346,37 @@ class Harness:
         trials += _records(timed, kind="timed")
         fields = self._timing_fields(problem, dtype, knobs, timing, trials, expected.traffic)
         return {**fields, **second, "verdict": judge(evidence) or Verdict(Status.CORRECT, ""), "timing": timing}
+
+    def _trusted_dir(self, ranks: Ranks) -> Path:
+        """A folder for one sample's captures, beside its job folder: the clean set reads it, no
+        candidate sees it (the work folder is hidden from them but for their own job folder)."""
+        path = self.work_dir / f"trusted-{ranks.job_dir.name}"
+        path.mkdir()
+        self._trusted.append(path)
+        return path
+
+    def _read_trials(self, ranks: Ranks, outcome: StepOutcome, folder: Path) -> dict[int, dict[str, list[str]]]:
+        """With the candidate's processes stopped (and seen so), read every trial call's outputs
+        and inputs where each rank said they lie, as captures in ``folder``; and what shares memory
+        (rank -> seed -> findings)."""
+        folder.mkdir()
+        if not ranks.freeze(FREEZE_TIMEOUT_S):
+            ranks.thaw()
+            for rank, seed in ((r, s) for r in ranks.ranks for s in map(str, outcome.reports[r].calls)):
+                tensor_io.write(tensor_file(folder, int(seed), rank), {"error": "its processes did not stop"})
+            return {}
+        try:
+            found = {}
+            for rank, rep in sorted(outcome.reports.items()):
+                seeds = sorted(rep.calls, key=int)
+                calls = [pair(rep.calls[s]) for s in seeds]
+                found[rank] = dict(zip(seeds, layout_aliases(calls)))
+                for seed, (outputs, inputs) in zip(seeds, calls):
+                    write_capture(tensor_file(folder, int(seed), rank),
+                                  lambda entries, r=rank: ranks.read_tensors(r, entries), outputs, inputs)
+            return found
+        finally:
+            ranks.thaw()
 
     def tolerance(self, problem: Problem, dtype: str) -> Tolerance:
         """The problem's tolerance for ``dtype``, unless ``eval.tolerances`` overrides it."""

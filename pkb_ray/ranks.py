@@ -31,6 +31,7 @@ import torch.distributed as dist
 
 from pkb_ray import allowlist, sandbox
 from pkb_ray.freezer import Freezer
+from pkb_ray.memory import Unreadable, host_pids, read_entries
 from pkb_ray.runner import protocol
 from pkb_ray.runner.launch import read_exit
 from pkb_ray.zygote import DESCRIBED as ZYGOTE_DESCRIBED
@@ -176,6 +177,9 @@ class Ranks(Protocol):
 
     def ran_while_frozen(self) -> str: ...  # why a process of the set ran since its freeze was proven, or ""
 
+    def read_tensors(self, rank: int, entries: list[list[int]]) -> list[bytes]: ...
+    # the bytes of a rank's CPU tensors at its layout entries, read by the trusted side (pkb_ray.memory)
+
     def signal_kill(self) -> None: ...  # SIGKILL to every rank, without waiting
 
     def kill(self) -> None: ...  # kill and reap every rank
@@ -264,6 +268,7 @@ class RankSet:
                 os.close(fd)
         self.isolation = probe.describe() + (f"; {ZYGOTE_DESCRIBED}" if zygote is not None else "")
         self.freezer = Freezer(self.proc.pid, self._slot.path)
+        self.host_pids: dict[int, int] = {}  # rank -> its process's pid on the host (read_tensors)
         self.started_at = time.monotonic()
         self.closed = False
 
@@ -273,6 +278,15 @@ class RankSet:
 
     def wait_ready(self, timeout_s: float) -> StepOutcome:
         return self.wait(Step.READY, time.monotonic() + timeout_s, since=self.started_at, kind=Ready)
+
+    def read_tensors(self, rank: int, entries: list[list[int]]) -> list[bytes]:
+        if not self.host_pids:  # where each rank's process is on the host, from the pid its ready
+            ready = self.wait_ready(0.0)  # report gave (kept: written before any candidate came)
+            self.host_pids = host_pids(self.proc.pid, {r: rep.pid for r, rep in ready.reports.items()
+                                                       if not isinstance(rep, Failure)})
+        if rank not in self.host_pids:
+            raise Unreadable(f"rank {rank}'s process was not found when it started")
+        return read_entries(self.host_pids[rank], entries)
 
     def send(self, cmd: Command) -> None:
         line = encode_command(cmd)

@@ -30,7 +30,10 @@ from pkb_ray.ranks import Ranks, StepOutcome
 from pkb_ray.names import Side
 from pkb_ray.timing import calls_per_round, round_order
 from pkb_ray.verdict import Region
-from pkb_ray.wire import Answer, Capture, Case, Command, Keep, Pick, TimeRegion
+from pkb_ray.correctness import layout_aliases
+from pkb_ray.memory import write_capture
+from pkb_ray.runner.protocol import tensor_file
+from pkb_ray.wire import Answer, Capture, Case, Command, Pick, TimeRegion, Watch
 
 REGION_POLL_S = 0.0002  # the parent's bracket is as fine as its look at the reports
 # A graph replay's region holds at most this many times the eager region's calls. More calls share
@@ -120,7 +123,7 @@ class RoundDriver:
             if not self._rounds(mode, self.timing.k_graph if mode == TimingMode.GRAPH else k):
                 return
         # the watches of the candidate's process run after this step, not in regions (runner.candidate)
-        last = self._step(Side.CAND, Keep(case=self.case), "after the rounds")
+        last = self._step(Side.CAND, Watch(case=self.case), "after the rounds")
         if last is not None:
             self.timing.watched = last.reports
 
@@ -171,24 +174,38 @@ class RoundDriver:
         return True
 
     def _rounds(self, mode: str, k: int) -> bool:
-        """The timed rounds of one mode, interleaved; False when a step failed."""
+        """The timed rounds of one mode, interleaved; False when a step failed. After each of the
+        candidate's regions (its processes stopped) the parent decides which of its calls to check
+        (each with probability ``checked_calls`` / all the mode's calls, independently) and reads
+        their outputs and inputs from the ranks' memory itself (:meth:`_check_calls`)."""
         cfg = self.cfg
-        # the clean set's reference needs no check: only the candidate's regions are picked
-        picked = set(self.rng.sample(range(cfg.rounds), min(cfg.spot_checks, cfg.rounds)))
+        chance = min(1.0, cfg.checked_calls / max(1, cfg.rounds * k))
         for i in range(cfg.rounds):
             for side in round_order(i):
                 region = self._region(side, k, f"{mode} round {i}", timed=True, mode=mode)
                 if region is None:
                     return False
                 self.timing.regions.append(region)
-                if side is Side.REF or i not in picked:
-                    continue  # the next region drops this one's outputs
-                # the hand-over is a step of its own, outside every bracket; the rank learns that
-                # this region was picked only after it committed to the region's outputs
-                cmd = self._pick(side, i, region)
-                if self._step(side, cmd, f"handing over {mode} round {i} ({side.value})") is None:
-                    return False
+                if side is Side.CAND:
+                    self._check_calls(region, i, chance)
         return True
+
+    def _check_calls(self, region: Region, i: int, chance: float) -> None:
+        """The aliasing of every call (from where the ranks said their tensors lie) and, for each
+        call picked now, its outputs and inputs as captures the clean set compares later. The ranks
+        are stopped: nothing of theirs runs between the call and the read."""
+        region.aliases = {rank: sorted({a for call in layout_aliases([pair(c) for c in rep.calls]) for a in call})
+                          for rank, rep in region.reports.items()}
+        for index in range(region.k):
+            if self.rng.random() >= chance:
+                continue
+            pick = Pick(id=len(self.timing.picks), side=Side.CAND, region=i, index=index, mode=region.mode,
+                        nonce=region.nonce)
+            self.timing.picks[pick.id] = pick
+            for rank, rep in region.reports.items():
+                outputs, inputs = pair(rep.calls[index] if index < len(rep.calls) else None)
+                write_capture(tensor_file(self.kept_dir, pick.id, rank),
+                              lambda entries, r=rank: self.ranks.read_tensors(r, entries), outputs, inputs)
 
     def _step(self, side: Side, cmd: Command, what: str) -> StepOutcome | None:
         """One step on the set that runs ``side``, the other set stopped meanwhile: a candidate's
@@ -279,16 +296,7 @@ class RoundDriver:
         return Region(side=side, k=k, bracket_us=self._bracket_us, reports=outcome.reports, nonce=nonce,
                       mode=mode, arrived_us=self._arrived_us)
 
-    def _pick(self, side: Side, i: int, region: Region) -> Keep:
-        """Pick one call of this (timed, committed) region: the command that keeps it."""
-        pick_id = len(self.timing.picks)
-        index = self.rng.randrange(region.k)
-        commits = {str(rank): _at(rep.commits, index) for rank, rep in region.reports.items()}
-        self.timing.picks[pick_id] = Pick(id=pick_id, side=side, region=i, index=index, mode=region.mode,
-                                          nonce=region.nonce, commits=commits)
-        return Keep(case=self.case, index=index, id=pick_id, out_dir=str(self.kept_dir))
 
-
-def _at(values: list[list[str]], index: int) -> list[str] | None:
-    """``values[index]``, or None where a (forgeable) report has no such entry."""
-    return values[index] if index < len(values) else None
+def pair(call) -> tuple[list, list]:
+    """A call's (output layout, input layout) as a (forgeable) report gave it; nothing where it is malformed."""
+    return (call[0], call[1]) if isinstance(call, list) and len(call) == 2 else ([], [])

@@ -29,6 +29,7 @@ from typing import Any
 import ray
 import torch.distributed as dist
 
+from pkb_ray.memory import Unreadable
 from pkb_ray.ranks import POLL_S, RankIsolation, RankSet, StepOutcome, wait_for
 from pkb_ray.runner.protocol import tensor_file
 from pkb_ray.wire import Command, Exit, Ready, Report, RunTrials, Step
@@ -100,6 +101,16 @@ class RankHost:
     def ran_while_frozen(self, set_id: str) -> str:
         ranks = self.sets.get(set_id)
         return ranks.ran_while_frozen() if ranks else ""
+
+    def read_tensors(self, set_id: str, rank: int, entries: list[list[int]]) -> list[bytes] | str:
+        """The bytes of a rank's tensors here, or why they could not be read."""
+        ranks = self.sets.get(set_id)
+        if ranks is None:
+            return "the rank set is gone"
+        try:
+            return ranks.read_tensors(rank, entries)
+        except Unreadable as exc:
+            return str(exc)
 
     def signal_kill(self, set_id: str) -> None:
         ranks = self.sets.get(set_id)
@@ -274,6 +285,19 @@ class SpreadRankSet:
             return ok and all(ray.get(refs, timeout=timeout_s + 5))
         except Exception:  # noqa: BLE001 - a host that does not answer has not stopped its part
             return False
+
+    def read_tensors(self, rank: int, entries: list[list[int]]) -> list[bytes]:
+        """A rank's tensors, read on its own node (by this set, or by the node's host actor)."""
+        if rank in self.local.ranks:
+            return self.local.read_tensors(rank, entries)
+        remote = next(r for r in self.remotes if rank in r.ranks)
+        try:
+            found = ray.get(remote.host.read_tensors.remote(remote.set_id, rank, entries), timeout=60)
+        except Exception as exc:  # noqa: BLE001 - a host that does not answer reads nothing
+            raise Unreadable(f"rank {rank}'s node did not answer: {exc}") from None
+        if isinstance(found, str):
+            raise Unreadable(found)
+        return found
 
     def ran_while_frozen(self) -> str:
         """Why some process of the set ran while stopped, on any node ("" when none did)."""

@@ -71,6 +71,7 @@ class Region:
     nonce: int = 0
     mode: str = TimingMode.EAGER  # eager calls, or a graph replay
     arrived_us: dict[int, float] = field(default_factory=dict)
+    aliases: dict[int, list[str]] = field(default_factory=dict)  # rank -> the parent's findings from the layouts
 
     @property
     def us_per_call(self) -> float:
@@ -83,6 +84,7 @@ class Evidence:
 
     device: dict[int, str]  # each rank's device, from its ready report
     trials: StepView | None = None  # the candidate's trials step
+    trial_aliases: dict[int, dict[str, list[str]]] = field(default_factory=dict)  # rank -> seed -> the parent's findings
     checks: dict[int, ChecksReport] | None = None  # the clean set's comparisons of the trials
     reference: dict | None = None  # the reference's aliases per seed (from the store)
     timing_failed: StepView | None = None  # the timing step that failed, if one did
@@ -105,7 +107,7 @@ def _trials_tampered(e: Evidence) -> Verdict | None:
 def _trials_wrong(e: Evidence) -> Verdict | None:
     if e.checks is None:
         return None
-    return trial_verdict(e.trials.reports, e.checks, e.reference or {}, e.device)
+    return trial_verdict(e.trials.reports, e.checks, e.reference or {}, e.device, e.trial_aliases)
 
 
 def _timing_failed(e: Evidence) -> Verdict | None:
@@ -120,7 +122,7 @@ def _timing_failed(e: Evidence) -> Verdict | None:
 def _timing_wrong(e: Evidence) -> Verdict | None:
     if e.regions is None or e.timed_checks is None:
         return None
-    return timed_verdict(e.regions, e.timed_checks, e.picks, e.device)
+    return timed_verdict(e.regions, e.timed_checks, e.picks, e.device, e.reference or {})
 
 
 RULES: tuple[Callable[[Evidence], Verdict | None], ...] = (
@@ -179,16 +181,17 @@ def tampering(reports: dict[int, Answer]) -> Verdict | None:
 
 
 def trial_verdict(candidate: dict[int, TrialsReport], checks: dict[int, ChecksReport],
-                  reference: dict, device: dict[int, str]) -> Verdict | None:
-    """Trials of every rank: ``candidate`` its reports (devices, aliases per seed), ``checks`` the
-    clean set's comparisons, ``reference`` the reference's aliases per seed, ``device`` each rank's."""
+                  reference: dict, device: dict[int, str], aliases: dict[int, dict[str, list[str]]]) -> Verdict | None:
+    """Trials of every rank: ``candidate`` its reports (devices per seed), ``checks`` the clean
+    set's comparisons, ``reference`` the reference's aliases per seed, ``device`` each rank's,
+    ``aliases`` what the parent found sharing memory (rank -> seed -> findings, from the layouts)."""
     for rank, report in sorted(candidate.items()):
         for seed, devices in sorted(report.devices.items()):
             wrong = [d for d in devices if not _same_device(d, device[rank])]
             if wrong:
                 return Verdict(Status.WRONG_OUTPUT, f"trial seed={seed} rank {rank}: an output is on {wrong[0]}, "
                                                     f"the inputs on {device[rank]}", rank)
-        for seed, found in sorted(report.aliases.items()):
+        for seed, found in sorted(aliases.get(rank, {}).items()):
             allowed = set(reference.get("aliases", {}).get(seed, []))
             extra = [a for a in found if a not in allowed]
             if extra:
@@ -197,14 +200,17 @@ def trial_verdict(candidate: dict[int, TrialsReport], checks: dict[int, ChecksRe
     for rank, report in sorted(checks.items()):
         bad = next((c for c in report.checks if not c.ok), None)
         if bad:
-            return Verdict(Status.WRONG_OUTPUT, f"trial seed={bad.id} rank {rank}: {bad.where}: {bad.message}", rank)
+            status = Status.TAMPERING if bad.kind == "unreadable" else Status.WRONG_OUTPUT
+            return Verdict(status, f"trial seed={bad.id} rank {rank}: {bad.where}: {bad.message}", rank)
     return None
 
 
 def timed_verdict(regions: list[Region], checks: dict[int, ChecksReport], picks: dict[int, Pick],
-                  device: dict[int, str]) -> Verdict | None:
-    """Timing: region reports (devices, aliases), the parent's brackets, and the clean checks of the
-    picked calls."""
+                  device: dict[int, str], reference: dict) -> Verdict | None:
+    """Timing: region reports (devices), what the parent found sharing memory (the same rules as the
+    trials', against the reference's aliases on any trial seed), and the clean checks of the picked
+    calls, whose outputs and inputs the parent read from the ranks' memory."""
+    allowed = {a for found in reference.get("aliases", {}).values() for a in found}
     for region in regions:
         for rank, rep in sorted(region.reports.items()):
             if region.side is Side.CAND:
@@ -212,19 +218,19 @@ def timed_verdict(regions: list[Region], checks: dict[int, ChecksReport], picks:
                 if wrong:
                     return Verdict(Status.WRONG_OUTPUT, f"timed call rank {rank}: an output is on {wrong[0]}, "
                                                         f"the inputs on {device[rank]}", rank)
-                earlier = [a for a in rep.aliases if "earlier" in a]
-                if earlier:
-                    return Verdict(Status.WRONG_OUTPUT, f"timed calls rank {rank}: {earlier[0]} (it returns the "
-                                                        "same buffer every call)", rank)
+                extra = [a for a in region.aliases.get(rank, []) if a not in allowed]
+                if extra:
+                    why = "it returns the same buffer every call" if "earlier" in extra[0] else "the reference's does not"
+                    return Verdict(Status.WRONG_OUTPUT, f"timed calls rank {rank}: {extra[0]} ({why})", rank)
     for rank, report in sorted(checks.items()):
         for check in report.checks:
             if check.ok:
                 continue
             pick = picks[check.id]
             where = f"{pick.side} {pick.mode} region {pick.region} call {pick.index}"
-            if check.kind == "missing":
-                return Verdict(Status.TAMPERING, f"rank {rank} did not hand over the output of the {where} it was "
-                                                 f"asked for: {check.message}", rank)
+            if check.kind == "unreadable":
+                return Verdict(Status.TAMPERING, f"rank {rank}: the {where} left nothing readable where its report "
+                                                 f"said its tensors lie: {check.message}", rank)
             return Verdict(Status.WRONG_OUTPUT, f"a timed call gave a wrong answer (e.g. a cached result): rank {rank} "
                                                 f"{where}: {check.where}: {check.message}", rank)
     return None

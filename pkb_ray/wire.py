@@ -34,7 +34,7 @@ class Step:
     REFERENCE = "reference"  # compute the reference outputs (clean ranks)
     TRIALS = "trials"  # the candidate on each trial seed
     REGION = "region"  # one timed region of k back-to-back calls (see pkb_ray.rounds)
-    KEEP = "keep"  # keep one timed call's outputs for the check
+    WATCH = "watch"  # a candidate's set says what its watches found (after the rounds)
     CAPTURE = "capture"  # capture one side's k calls into a CUDA graph (graph timing mode)
     CHECK_TRIALS = "check_trials"  # compare the candidate's trial outputs with the references (clean ranks)
     CHECK_TIMED = "check_timed"  # the same for the timed calls kept
@@ -82,18 +82,20 @@ class ReferenceReport(Report):
     input_bytes: int
 
 
+Layout = list[list[int]]  # where each tensor of a value lies (pkb_ray.correctness.layout)
+
+
 @record
 class TrialsReport(Watched):
     devices: dict[str, list[str]]  # seed -> the outputs' devices
-    aliases: dict[str, list[str]]
+    calls: dict[str, list[Layout]]  # seed -> [its outputs' layout, its inputs' layout]
     rank_builds: int  # torch extensions the candidate built on the rank
 
 
 @record
 class RegionReport(Report):
-    us: float  # per call, by the rank's own clock: finite and >= 0
-    commits: list[list[str]]  # per call, the fingerprints of its outputs (held regions only)
-    aliases: list[str]
+    us: float  # per call, by the rank's own clock (a diagnostic): finite and >= 0
+    calls: list[list[Layout]]  # per call, [its outputs' layout, its inputs' layout], held until the next step
     devices: list[str]  # of the first call's outputs
 
     def __post_init__(self) -> None:  # pydantic runs it too: a ValueError here is a ValidationError there
@@ -108,7 +110,7 @@ class CaptureReport(Watched):
 
 
 @record
-class KeepReport(Watched):
+class WatchReport(Watched):
     pass
 
 
@@ -121,7 +123,7 @@ class Finding(Record):
     where: str = ""
     message: str = ""
     max_abs_error: float | None = None
-    kind: Literal["", "value", "missing", "commit"] = ""
+    kind: Literal["", "value", "unreadable"] = ""
     second: bool | None = None  # the first trial, by the second rule (pkb_ray.formats.second_verdict)
 
 
@@ -186,7 +188,8 @@ class Tol(Record):
 
 @record
 class Pick(Record):
-    """A timed call picked for the check, chosen by the parent after its region's commitments."""
+    """A timed call picked for the check, chosen by the parent after its region ended (the
+    candidate's processes stopped), its outputs and inputs read there by the trusted side."""
 
     id: int
     side: Side
@@ -194,7 +197,6 @@ class Pick(Record):
     index: int  # the call within the region
     mode: str
     nonce: int
-    commits: dict[str, list[str] | None]  # rank -> what it committed to for this call
 
 
 @record
@@ -235,7 +237,6 @@ class RunTrials(OnSeeds):
     step: Literal["trials"] = Step.TRIALS
     candidate_path: str
     structure: dict[str, dict[str, list]]  # rank -> seed -> the reference's output structure
-    out_dir: str
     prebuilt: str = ""  # the compile stage's torch extensions for this sample
     arch_list: str = ""
 
@@ -250,7 +251,7 @@ class TimeRegion(Command):
     nonce: int
     what: str
     base_seeds: list[int]
-    hold: bool  # keep the outputs (and commit to them) until the next step
+    hold: bool  # keep the outputs and inputs until the next step (the trusted side reads them)
     graph: bool  # one replay of the captured graph instead of k eager calls
 
 
@@ -266,19 +267,12 @@ class Capture(Command):
 
 
 @record
-class Keep(Command):
-    """Hand over call ``index`` of the last region as file ``id`` in ``out_dir`` (no index: nothing)."""
+class Watch(Command):
+    """Say what the watches found (a candidate's set, after the rounds; outside every region)."""
 
-    answer = KeepReport
-    step: Literal["keep"] = Step.KEEP
+    answer = WatchReport
+    step: Literal["watch"] = Step.WATCH
     case: Case
-    index: int | None = None
-    id: int = 0
-    out_dir: str = ""
-
-    @property
-    def files(self) -> list[int]:
-        return [self.id] if self.index is not None else []
 
 
 @record
@@ -312,7 +306,7 @@ class Exit(Command):
     step: Literal["exit"] = Step.EXIT
 
 
-_COMMANDS: dict[str, type[Command]] = {c.step: c for c in (ComputeReference, RunTrials, TimeRegion, Capture, Keep,
+_COMMANDS: dict[str, type[Command]] = {c.step: c for c in (ComputeReference, RunTrials, TimeRegion, Capture, Watch,
                                                              CheckTrials, CheckTimed, Exit)}
 
 

@@ -63,6 +63,13 @@ def _copy(problems, index: int = 1) -> Sample:
         ("rewrites_check.py", Status.WRONG_OUTPUT, "timed call gave a wrong answer"),
         ("../../samples/replay/all_reduce/09_rewrites_timer.py", Status.TAMPERING, "timed_region"),
         ("shares_output_buffer.py", Status.WRONG_OUTPUT, "earlier call's output"),
+        # the outputs are read by the trusted side as each region ends, the candidate stopped
+        ("answers_at_hand_over.py", Status.WRONG_OUTPUT, "timed call gave a wrong answer"),
+        # every call's check is decided after its region, independently: none run out
+        ("cheats_after_early_checks.py", Status.WRONG_OUTPUT, "timed call gave a wrong answer"),
+        # the trials' rules in timed calls: no output in an input, no input changed
+        ("in_place_while_timed.py", Status.WRONG_OUTPUT, "shares memory with an input"),
+        ("writes_its_input_while_timed.py", Status.WRONG_OUTPUT, "changed by the call"),
     ],
 )
 def test_hostile_sample_gets_its_status(shared_harness, name, status, needle):
@@ -89,6 +96,26 @@ def test_forged_report_times_where_no_watch_looks_gain_nothing(shared_harness):
     assert result.status == Status.CORRECT, result.message
     assert min(result.cand_median_us) > 0.3 * max(result.ref_median_us), (result.cand_median_us, result.ref_median_us)
     assert_gains_nothing(h, "forges_reports_unseen.py", result)
+
+
+def test_work_after_the_runners_clock_is_the_candidates_time(shared_harness):
+    # its calls return at once and a profiling hook does the work after the runner's timer stopped:
+    # counted by the parent's clock (or read unfinished, and wrong)
+    h = shared_harness(2, size=BIG, rounds=20, timeout_s=60)
+    result = h.evaluate(_sample("works_in_a_hook.py"))
+    assert result.status in (Status.CORRECT, Status.WRONG_OUTPUT), result.message
+    assert_gains_nothing(h, "works_in_a_hook.py", result)
+
+
+def test_helpers_that_resume_everything_gain_nothing(shared_harness):
+    # two helpers that SIGCONT every process they can see: the freezer returns only after one pass
+    # sees every task stopped; a task that ran after that is an escape (tampering); if they never
+    # all stop in time, the step fails; if they were all stopped, they only slowed their own calls
+    h = shared_harness(2, size=BIG, rounds=20, timeout_s=60)
+    result = h.evaluate(_sample("resumes_itself.py"))
+    assert result.status in (Status.CORRECT, Status.TAMPERING, Status.TIMEOUT), result.message
+    assert_gains_nothing(h, "resumes_itself.py", result)
+    assert rank_processes_left(h.work_dir) == []
 
 
 @pytest.mark.parametrize("name", ["busy_helper.py", "allocates_heavily.py"])

@@ -1,9 +1,10 @@
 """A candidate's rank set's steps: ``trials`` (import the candidate, run it on the trial seeds,
-save what it returned), ``region`` and ``capture`` (its timed calls, :mod:`pkb_ray.runner.session`)
-and ``keep`` (hand over the one output of the last region the parent asks for).
+hold what it returned and say where it lies), ``region`` and ``capture`` (its timed calls,
+:mod:`pkb_ray.runner.session`) and ``watch`` (what the watches found, after the rounds).
 
 Everything this set reports is forgeable (the candidate shares its process); the parent treats it
-so. After each step the watches (:mod:`pkb_ray.runner.watch`) report what the candidate replaced.
+so: it reads the outputs itself, where the report says they lie, with the set stopped. After each
+step the watches (:mod:`pkb_ray.runner.watch`) report what the candidate replaced.
 """
 
 from __future__ import annotations
@@ -15,15 +16,14 @@ from typing import Any, Callable
 
 import torch
 
-from pkb_ray.correctness import aliases, output_devices, poison_like
+from pkb_ray.correctness import layout, output_devices, poison_like
 from pkb_ray.names import Status
-from pkb_ray.runner import extensions, tensor_io
+from pkb_ray.runner import extensions
 from pkb_ray.runner.loading import candidate_traceback, load_candidate
-from pkb_ray.runner.protocol import Side, StepFailed, tensor_file
+from pkb_ray.runner.protocol import Side, StepFailed
 from pkb_ray.runner.session import RankSession
 from pkb_ray.runner.watch import TorchWatch, behaviour, changed, watched
-from pkb_ray.wire import (Capture, Command, Keep, KeepReport, Report, RunTrials, TimeRegion, TrialsReport,
-                          Watched)
+from pkb_ray.wire import Capture, Command, Report, RunTrials, TimeRegion, TrialsReport, Watch, Watched, WatchReport
 
 
 class CandidateSession(RankSession):
@@ -38,7 +38,7 @@ class CandidateSession(RankSession):
         self._torch: TorchWatch | None = None  # torch's functions likewise
 
     def steps(self) -> dict[type[Command], Callable[[Any], Report]]:
-        return {RunTrials: self.trials, TimeRegion: self.region, Keep: self.keep, Capture: self.capture}
+        return {RunTrials: self.trials, TimeRegion: self.region, Watch: self.watch, Capture: self.capture}
 
     def timed_fn(self) -> Callable[..., Any]:
         if self.candidate is None:
@@ -48,7 +48,7 @@ class CandidateSession(RankSession):
     def run(self, cmd: Command) -> Report:
         report = super().run(cmd)
         # not inside a region's bracket: the clean set's regions have no watch to match its cost; a
-        # replacement made during regions is still there at the next keep (one ends the rounds)
+        # replacement made during regions is still there at the watch step that ends the rounds
         if self._torch is not None and isinstance(report, Watched):
             report = replace(report, tampered=changed(self._originals, watched()) + self._torch.replaced())
         return report
@@ -70,8 +70,7 @@ class CandidateSession(RankSession):
         if not callable(solution):
             raise StepFailed(Status.IMPORT_ERROR.value, "the module defines no callable solution(...)")
         self.candidate = solution
-        out_dir = Path(cmd.out_dir)
-        devices, shared, earlier = {}, {}, []  # earlier outputs stay alive: their memory cannot be reused
+        devices, placed, held = {}, {}, []  # every call's outputs and inputs stay alive until the next step
         for seed in cmd.seeds:
             self._phase(f"trial seed={seed}")
             inputs = self._inputs(seed)
@@ -82,17 +81,11 @@ class CandidateSession(RankSession):
                 self._sync()
             except BaseException:  # noqa: BLE001
                 raise StepFailed(Status.RUNTIME_ERROR.value, f"trial seed={seed}:\n{candidate_traceback()}") from None
-            devices[str(seed)], shared[str(seed)] = output_devices(out), aliases(out, inputs, earlier)
-            earlier.append(out)
-            tensor_io.write(tensor_file(out_dir, seed, self.rank), {"outputs": out, "inputs_after": inputs})
-        return TrialsReport(devices=devices, aliases=shared, rank_builds=builds["built"])
+            devices[str(seed)], placed[str(seed)] = output_devices(out), [layout(out), layout(inputs)]
+            held.append((out, inputs))
+        self._held = held
+        return TrialsReport(devices=devices, calls=placed, rank_builds=builds["built"])
 
-    def keep(self, cmd: Keep) -> KeepReport:
-        self._hand_over(cmd)
-        return KeepReport()
-
-    def _hand_over(self, cmd: Command) -> None:
-        """Save the output of the last region that the parent picked (if it picked one)."""
-        held, self._held = self._held, None
-        if isinstance(cmd, Keep) and cmd.index is not None and held is not None:
-            tensor_io.write(tensor_file(Path(cmd.out_dir), cmd.id, self.rank), {"outputs": held[cmd.index]})
+    def watch(self, cmd: Watch) -> WatchReport:
+        self._held = None
+        return WatchReport()

@@ -1,7 +1,8 @@
 """The clean rank set's steps: it never imports a candidate, and what it reports is trusted.
 
 ``reference`` computes expected outputs of the trial seeds; ``check_trials`` and ``check_timed``
-compare what a candidate's set saved with them (on the rank's device); ``region`` and ``capture``
+compare with them what the trusted side read from a candidate's memory (on the rank's device: a
+capture, :func:`read_capture`); ``region`` and ``capture``
 time the reference itself, interleaved by the parent with the candidate's regions while every
 process of the candidate's sandbox is stopped (:mod:`pkb_ray.rounds`).
 """
@@ -14,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from pkb_ray import formats
-from pkb_ray.correctness import aliases, compare, copy_tree, fingerprint, output_devices, structure
+from pkb_ray.correctness import aliases, compare, copy_tree, output_devices, rebuild, structure
 from pkb_ray.runner import tensor_io
 from pkb_ray.runner.protocol import Side, StepFailed, tensor_file
 from pkb_ray.runner.resident import BUDGET_BYTES, Resident, nbytes
@@ -63,57 +64,43 @@ class CleanSession(RankSession):
                                input_bytes=input_bytes)
 
     def check_trials(self, cmd: CheckTrials) -> ChecksReport:
-        """Compare the candidate's trial outputs (and inputs after the call) with the reference's."""
+        """Compare the candidate's trial outputs (and inputs after the call), as the trusted side
+        read them, with the reference's."""
         tol = cmd.tolerance
         found = []
         for seed in cmd.seeds:
             self._phase(f"check seed={seed}")
             expected = self._expected(Path(cmd.expected_dir), seed, cmd.expected_sha256)
-            try:
-                actual = tensor_io.read(tensor_file(Path(cmd.actual_dir), seed, self.rank), self.device)
-                if not isinstance(actual, dict):
-                    raise TensorFileError("not the file the runner writes")
-            except TensorFileError as exc:  # a missing, cut or forged output file
-                found.append(_finding(seed, "output", f"outputs unreadable: {exc}"))
+            path = tensor_file(Path(cmd.actual_dir), seed, self.rank)
+            outputs, inputs, unreadable = read_capture(path, expected["outputs"], expected["inputs_after"], self.device)
+            if unreadable:
+                found.append(_finding(seed, "output", unreadable, kind="unreadable"))
                 continue
-            bad = compare(expected["outputs"], actual.get("outputs"), tol.atol, tol.rtol, "output")
             rule = formats.second_verdict() if seed == cmd.seeds[0] else None
-            second = rule.agrees(expected["outputs"], actual.get("outputs")) if rule else None
-            if bad is None:
-                bad = compare(expected["inputs_after"], actual.get("inputs_after"), 0.0, 0.0, "input")
-                if bad is not None:
-                    bad = type(bad)(bad.where, "changed by the call (the reference leaves it as it was): " + bad.message)
+            second = rule.agrees(expected["outputs"], outputs) if rule else None
+            bad = _compared(expected["outputs"], outputs, expected["inputs_after"], inputs, tol)
             found.append(_finding(seed, bad.where, bad.message, bad.max_abs_error, second=second) if bad
                          else _finding(seed, second=second))
         return ChecksReport(checks=found)
 
     def check_timed(self, cmd: CheckTimed) -> ChecksReport:
         """Recompute the reference on the inputs of the timed calls the parent picked (every rank of
-        this set the same picks, in the same order: the reference may be collective) and compare."""
+        this set the same picks, in the same order: the reference may be collective) and compare
+        the outputs and inputs the trusted side read after the candidate's call."""
         tol = cmd.tolerance
         found = []
         for pick in cmd.picks:
             self._phase(f"check timed call {pick.id}")
             inputs = self._call_inputs(cmd.base_seeds, pick.nonce, [pick.index])[0]
-            expected = self.problem.solution(*inputs)
+            expected = self.problem.solution(*inputs)  # the inputs as the reference leaves them, too
             self._sync()
-            try:
-                actual = tensor_io.read(tensor_file(Path(cmd.actual_dir), pick.id, self.rank), self.device)
-                actual = actual["outputs"]
-            except (TensorFileError, TypeError, KeyError) as exc:  # the rank did not hand it over
-                found.append(_finding(pick.id, "output", f"not handed over: {exc}", kind="missing"))
+            path = tensor_file(Path(cmd.actual_dir), pick.id, self.rank)
+            outputs, inputs_after, unreadable = read_capture(path, expected, inputs, self.device)
+            if unreadable:
+                found.append(_finding(pick.id, "output", unreadable, kind="unreadable"))
                 continue
-            committed = pick.commits.get(str(self.rank))
-            if committed is None:
-                found.append(_finding(pick.id, "output", "the rank did not commit to its outputs", kind="missing"))
-            elif fingerprint(actual) != committed:
-                found.append(_finding(pick.id, "output", "the output handed over is not the one the rank "
-                                      "committed to when the region ended (changed after the call returned)",
-                                      kind="commit"))
-            else:
-                bad = compare(expected, actual, tol.atol, tol.rtol, "output")
-                found.append(_finding(pick.id, bad.where, bad.message, bad.max_abs_error) if bad
-                             else _finding(pick.id))
+            bad = _compared(expected, outputs, inputs, inputs_after, tol)
+            found.append(_finding(pick.id, bad.where, bad.message, bad.max_abs_error) if bad else _finding(pick.id))
         return ChecksReport(checks=found)
 
     def _expected(self, directory: Path, seed: int, sha256: dict[str, str]) -> dict[str, Any]:
@@ -138,3 +125,35 @@ def _finding(id_: int, where: str = "", message: str = "", max_abs_error: float 
     return Finding(id=id_, ok=not message, where=where, message=message, max_abs_error=max_abs_error,
                    kind=kind if message else "", second=second)
 
+
+
+def read_capture(path: Path, outputs: Any, inputs: Any, device: torch.device) -> tuple[Any, Any, str]:
+    """What the trusted side read of a call (:func:`pkb_ray.memory.write_capture`), as the values
+    ``outputs`` and ``inputs`` (the reference's) would be: (outputs, inputs, "") or (None, None, why
+    they cannot be had)."""
+    try:
+        cap = tensor_io.read(path, device)
+        if not isinstance(cap, dict):
+            raise TensorFileError("not a capture")
+    except TensorFileError as exc:
+        return None, None, f"outputs not read: {exc}"
+    if cap.get("error"):
+        return None, None, f"outputs unreadable where the rank said they lie: {cap['error']}"
+    (out_entries, in_entries), read_out, read_in = cap["layout"], cap["outputs"], cap["inputs"]
+    got_out, why = rebuild(outputs, read_out, out_entries)
+    if why:
+        return None, None, f"outputs: {why}"
+    got_in, why = rebuild(inputs, read_in, in_entries)
+    if why:
+        return None, None, f"inputs: {why}"
+    return got_out, got_in, ""
+
+
+def _compared(expected: Any, actual: Any, inputs_after: Any, actual_inputs: Any, tol: Any):
+    """The first mismatch of the outputs, then of the inputs (bit for bit), or None."""
+    bad = compare(expected, actual, tol.atol, tol.rtol, "output")
+    if bad is None:
+        bad = compare(inputs_after, actual_inputs, 0.0, 0.0, "input")
+        if bad is not None:
+            bad = type(bad)(bad.where, "changed by the call (the reference leaves it as it was): " + bad.message)
+    return bad

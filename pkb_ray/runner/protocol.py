@@ -127,6 +127,8 @@ class ReportReader:
         if isinstance(message, dict) and isinstance(message.get("phase"), str):
             self.phase = message["phase"][:500]
         elif isinstance(message, dict) and isinstance(message.get("tag"), str) and isinstance(message.get("report"), dict):
+            if message["tag"] == Step.READY and Step.READY in self._reports:
+                return  # the first is the rank's own, written before any candidate was imported: kept
             self._reports[message["tag"]] = message["report"]
         else:
             self._garbage = f"a line on the report pipe that is not a report: {line[:200]!r}"

@@ -1,5 +1,7 @@
 """What every rank session does, clean or candidate: load the problem, make a region's fresh
-inputs, time a region of calls (eager or a graph replay) and commit to its outputs.
+inputs, time a region of calls (eager or a graph replay) and say where its outputs and inputs lie
+(:func:`pkb_ray.correctness.layout`), holding them until the next step: the trusted side reads them
+there while the set is stopped.
 
 A clean set (:mod:`pkb_ray.runner.clean`) times the reference this way, a candidate's set
 (:mod:`pkb_ray.runner.candidate`) the candidate: the same code in processes that never share a
@@ -16,7 +18,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from pkb_ray.correctness import fingerprints, output_devices, region_aliases
+from pkb_ray.correctness import layout, output_devices
 from pkb_ray.names import Status
 from pkb_ray.problem import DTYPES, InputContext, Problem, load_problem
 from pkb_ray.runner.graphs import Captured, capture_calls, same_layout
@@ -38,7 +40,7 @@ class RankSession:
         self.device = device
         self.job_dir = job_dir
         self.problems: dict[str, Problem] = {}
-        self._held: list[Any] | None = None  # outputs of the last region, until the parent picks one
+        self._held: Any = None  # outputs and inputs of the last step's calls, until the next step
         self._base: tuple | None = None  # (key, base input sets of the timed calls)
         self._graph: Captured | None = None  # the side's k calls captured (graph timing mode)
 
@@ -62,10 +64,10 @@ class RankSession:
 
     def region(self, cmd: TimeRegion) -> RegionReport:
         """k calls on fresh inputs (from the parent's nonce), timed back to back (or, with ``graph``,
-        one replay of the captured calls on those inputs); then a commitment (fingerprint) to every
-        output, before the parent says which one to hand over."""
+        one replay of the captured calls on those inputs); then where each call's outputs and
+        inputs lie, held until the next step."""
         self._check_side(cmd)
-        self._hand_over(cmd)
+        self._held = None
         k, what = cmd.k, f"{cmd.what} ({self.side.value})"
         self._phase(what)
         captured = self._graph if cmd.graph else None
@@ -88,17 +90,17 @@ class RankSession:
             raise StepFailed(Status.RUNTIME_ERROR.value, f"timed call, {what}:\n{candidate_traceback()}") from None
         finally:
             gc.enable()
-        self._held = outs if cmd.hold else None
-        # both sides commit (the same work inside the parent's bracket), though only a candidate's are checked
-        return RegionReport(us=us, commits=fingerprints(outs) if cmd.hold else [], aliases=region_aliases(outs, calls),
-                            devices=output_devices(outs[0]))
+        self._held = (outs, calls) if cmd.hold else None
+        # both sides say where (the same work inside the parent's bracket), though only a candidate's are read
+        placed = [[layout(out), layout(args)] for out, args in zip(outs, calls)] if cmd.hold else []
+        return RegionReport(us=us, calls=placed, devices=output_devices(outs[0]))
 
     def capture(self, cmd: Capture) -> CaptureReport:
         """Capture k calls, on input buffers of their own, into a CUDA graph that later regions
         replay. Reports ``captured`` and, when it could not, why: the parent then times both sides
         eager."""
         self._check_side(cmd)
-        self._hand_over(cmd)
+        self._held = None
         k = cmd.k
         self._phase(f"capture ({self.side.value})")
         if self.device.type != "cuda":
@@ -130,10 +132,6 @@ class RankSession:
 
     def _graph_key(self, k: int) -> tuple:
         return (id(self.problem), self.dtype_name, json.dumps(self.size, sort_keys=True), k)
-
-    def _hand_over(self, cmd: Command) -> None:
-        """Drop the last region's outputs (a candidate's set hands one over first: see there)."""
-        self._held = None
 
     def _call_inputs(self, base_seeds: list[int], nonce: int, ns: list[int], own: bool = True) -> list[tuple]:
         """The inputs of timed calls ``ns`` of the region with ``nonce`` (see

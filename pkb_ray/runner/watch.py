@@ -24,8 +24,8 @@ from pkb_ray import correctness, timing
 from pkb_ray.runner import protocol, tensor_io
 
 TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-# the runner's modules whose own bindings of the timer and the fingerprints a candidate could replace
-RUNNER_BINDINGS = {"pkb_ray.runner.session": ("timed_region", "timed_replay", "fingerprints")}
+# the runner's modules whose own bindings of the timer and the layouts a candidate could replace
+RUNNER_BINDINGS = {"pkb_ray.runner.session": ("timed_region", "timed_replay", "layout")}
 
 
 def behaviour(fn: Any) -> tuple:
@@ -49,8 +49,7 @@ def watched() -> dict[str, Any]:
     """The evaluator's functions a candidate could replace to forge a check or a time, by name."""
     found = {"pkb_ray.timing.timed_region": timing.timed_region, "pkb_ray.timing._perf_counter": timing._perf_counter,
              "pkb_ray.timing.device_sync": timing.device_sync, "pkb_ray.timing.timed_replay": timing.timed_replay,
-             "pkb_ray.correctness.fingerprint": correctness.fingerprint,
-             "pkb_ray.correctness.fingerprints": correctness.fingerprints,
+             "pkb_ray.correctness.layout": correctness.layout,
              "pkb_ray.runner.tensor_io.write": tensor_io.write, "pkb_ray.runner.tensor_io._host_bytes": tensor_io._host_bytes,
              "pkb_ray.runner.protocol.write_report": protocol.write_report,
              "torch.cuda.CUDAGraph.replay": torch.cuda.CUDAGraph.replay}
@@ -60,7 +59,7 @@ def watched() -> dict[str, Any]:
     session = sys.modules.get("pkb_ray.runner.candidate")
     klass = getattr(session, "CandidateSession", None)
     if klass is not None:
-        found.update({f"CandidateSession.{m}": getattr(klass, m) for m in ("region", "keep", "capture", "run")})
+        found.update({f"CandidateSession.{m}": getattr(klass, m) for m in ("region", "watch", "capture", "run")})
     return found
 
 

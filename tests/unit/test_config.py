@@ -53,7 +53,7 @@ def test_a_run_of_spread_layouts_only():
         ("hardware=h200_2 hardware.tflops_by_dtype.float32=0", "hardware.tflops_by_dtype.float32"),
         ("eval.isolation=chroot", "eval.isolation"),
         ("eval.timing_mode=fast", "eval.timing_mode"),
-        ("eval.spot_checks=0", "eval.spot_checks"),
+        ("eval.checked_calls=0", "eval.checked_calls"),
     ],
 )
 def test_bad_values_fail_naming_the_key(override, key):

@@ -3,23 +3,23 @@
 from pkb_ray.names import Side, Status
 from pkb_ray.verdict import (RULES, Evidence, Region, StepView, judge, step_failure, tampering, timed_verdict,
                              trial_verdict)
-from pkb_ray.wire import (ChecksReport, Failure, Finding, KeepReport, Pick, RegionReport, Report, TrialsReport,
+from pkb_ray.wire import (ChecksReport, Failure, Finding, WatchReport, Pick, RegionReport, Report, TrialsReport,
                           parse_report)
 
 DEV = {0: "cuda:0", 1: "cuda:1"}
 OK = Report()
 
 
-def _trials(devices=None, aliases=None, tampered=()):
-    return TrialsReport(devices=devices or {}, aliases=aliases or {}, rank_builds=0, tampered=list(tampered))
+def _trials(devices=None, tampered=()):
+    return TrialsReport(devices=devices or {}, calls={}, rank_builds=0, tampered=list(tampered))
 
 
 def _checks(*findings):
     return ChecksReport(checks=[Finding(**f) for f in findings])
 
 
-def _region(us, aliases=()):
-    return RegionReport(us=us, commits=[], aliases=list(aliases), devices=[])
+def _region(us):
+    return RegionReport(us=us, calls=[], devices=[])
 
 
 def _regions(ref_us, cand_us, ref_bracket, cand_bracket, n=10, k=1):
@@ -46,8 +46,8 @@ def test_a_report_no_runner_writes_is_tampering():
 
 
 def test_replaced_evaluator_functions_are_tampering():
-    assert tampering({0: KeepReport(), 1: OK}) is None
-    found = tampering({0: KeepReport(), 1: KeepReport(tampered=["pkb_ray.timing.timed_region"])})
+    assert tampering({0: WatchReport(), 1: OK}) is None
+    found = tampering({0: WatchReport(), 1: WatchReport(tampered=["pkb_ray.timing.timed_region"])})
     assert found.status is Status.TAMPERING and found.rank == 1 and "timed_region" in found.message
 
 
@@ -55,16 +55,18 @@ def test_trials_wrong_device_and_aliasing_and_clean_mismatch():
     clean = {0: _checks({"id": 0, "ok": True}), 1: _checks({"id": 0, "ok": True})}
     ref = {"aliases": {"0": []}}
     good = {0: _trials({"0": ["cuda:0"]}), 1: _trials({"0": ["cuda:1"]})}
-    assert trial_verdict(good, clean, ref, DEV) is None
+    assert trial_verdict(good, clean, ref, DEV, {}) is None
     on_cpu = {0: _trials({"0": ["cuda:0"]}), 1: _trials({"0": ["cpu"]})}
-    found = trial_verdict(on_cpu, clean, ref, DEV)
+    found = trial_verdict(on_cpu, clean, ref, DEV, {})
     assert found.status is Status.WRONG_OUTPUT and "on cpu" in found.message and found.rank == 1
-    shared = {0: _trials(aliases={"0": ["output 0 shares memory with an input"]})}
-    assert trial_verdict(shared, clean, ref, DEV).status is Status.WRONG_OUTPUT
+    shared = {0: {"0": ["output 0 shares memory with an input"]}}  # the parent's finding, from the layouts
+    assert trial_verdict(good, clean, ref, DEV, shared).status is Status.WRONG_OUTPUT
     in_place_ref = {"aliases": {"0": ["output 0 shares memory with an input"]}}
-    assert trial_verdict(shared, clean, in_place_ref, DEV) is None  # the reference does the same
+    assert trial_verdict(good, clean, in_place_ref, DEV, shared) is None  # the reference does the same
     bad = {0: _checks({"id": 0, "ok": False, "where": "output", "message": "3 of 8 elements differ", "kind": "value"})}
-    assert "3 of 8" in trial_verdict(good, bad, ref, DEV).message
+    assert "3 of 8" in trial_verdict(good, bad, ref, DEV, {}).message
+    forged = {0: _checks({"id": 0, "ok": False, "where": "output", "message": "not mapped", "kind": "unreadable"})}
+    assert trial_verdict(good, forged, ref, DEV, {}).status is Status.TAMPERING
 
 
 def _regions(ref_us, cand_us, ref_bracket, cand_bracket, n=10, k=1):
@@ -81,7 +83,7 @@ def test_a_regions_time_is_the_parents_bracket_whatever_the_rank_reports():
     assert honest.us_per_call == forged.us_per_call == 2000.0
     # and no rule reads the reported figure: nothing to forge, nothing an honest loaded sample trips
     regions = _regions(10.0, 0.001, 100.0, 100.0, n=3)
-    assert timed_verdict(regions, {0: _checks({"id": 0, "ok": True})}, {0: _pick()}, DEV) is None
+    assert timed_verdict(regions, {0: _checks({"id": 0, "ok": True})}, {0: _pick()}, DEV, {}) is None
 
 
 def test_a_candidate_that_ran_while_stopped_escaped_the_freezer():
@@ -93,25 +95,34 @@ def test_a_candidate_that_ran_while_stopped_escaped_the_freezer():
 
 
 def _pick(id_=0, region=1):
-    return Pick(id=id_, side=Side.CAND, region=region, index=0, mode="eager", nonce=7, commits={"0": ["x"]})
+    return Pick(id=id_, side=Side.CAND, region=region, index=0, mode="eager", nonce=7)
 
 
 def test_timed_checks_of_the_candidates_picks():
     regions = _regions(10.0, 10.0, 100.0, 100.0, n=2)
     picks = {0: _pick()}  # the clean set's reference is never picked
     ok = {0: _checks({"id": 0, "ok": True})}
-    assert timed_verdict(regions, ok, picks, DEV) is None
+    assert timed_verdict(regions, ok, picks, DEV, {}) is None
     cand_bad = {0: _checks({"id": 0, "ok": False, "kind": "value", "where": "output", "message": "differs"})}
-    assert "timed call gave a wrong answer" in timed_verdict(regions, cand_bad, picks, DEV).message
-    missing = {0: _checks({"id": 0, "ok": False, "kind": "missing", "where": "output", "message": "gone"})}
-    assert timed_verdict(regions, missing, picks, DEV).status is Status.TAMPERING
+    assert "timed call gave a wrong answer" in timed_verdict(regions, cand_bad, picks, DEV, {}).message
+    unreadable = {0: _checks({"id": 0, "ok": False, "kind": "unreadable", "where": "output", "message": "gone"})}
+    assert timed_verdict(regions, unreadable, picks, DEV, {}).status is Status.TAMPERING
 
 
 def test_an_output_returned_twice_in_a_region_is_wrong():
     regions = _regions(10.0, 10.0, 100.0, 100.0, n=1, k=2)
-    regions[1].reports[0] = _region(10.0, ["output 0 shares memory with an earlier call's output"])
-    found = timed_verdict(regions, {}, {}, DEV)
+    regions[1].aliases[0] = ["output 0 shares memory with an earlier call's output"]  # the parent's finding
+    found = timed_verdict(regions, {}, {}, DEV, {})
     assert found.status is Status.WRONG_OUTPUT and "same buffer" in found.message
+
+
+def test_timed_calls_follow_the_trials_rules_on_inputs():
+    # in place into an input while timed: wrong, unless the reference's output shares it too
+    regions = _regions(10.0, 10.0, 100.0, 100.0, n=1)
+    regions[1].aliases[1] = ["output 0 shares memory with an input"]
+    found = timed_verdict(regions, {}, {}, DEV, {"aliases": {"0": []}})
+    assert found.status is Status.WRONG_OUTPUT and "reference's does not" in found.message
+    assert timed_verdict(regions, {}, {}, DEV, {"aliases": {"0": ["output 0 shares memory with an input"]}}) is None
 
 
 def test_judge_applies_the_rules_in_order_to_the_evidence_so_far():
@@ -120,7 +131,7 @@ def test_judge_applies_the_rules_in_order_to_the_evidence_so_far():
     assert judge(evidence) is None  # trials ran; nothing else yet
     evidence.checks, evidence.reference = clean, {"aliases": {}}
     assert judge(evidence) is None
-    evidence.watched = {0: KeepReport(tampered=["torch.distributed.all_reduce"])}
+    evidence.watched = {0: WatchReport(tampered=["torch.distributed.all_reduce"])}
     evidence.regions, evidence.picks = _regions(2000.0, 40.0, 2300.0, 2300.0, n=10), {0: _pick()}
     evidence.timed_checks = {0: _checks({"id": 0, "ok": False, "kind": "value", "where": "output", "message": "x"})}
     assert "replaced torch.distributed.all_reduce" in judge(evidence).message  # rule 4 before rule 5

@@ -1,0 +1,89 @@
+"""The trusted side reading a rank's memory itself: the bytes a verdict rests on never pass through
+code that runs in the candidate's process.
+
+A rank reports where its tensors lie (:func:`pkb_ray.correctness.layout`); the parent stops the
+rank's set (:mod:`pkb_ray.freezer`), then reads those bytes through ``/proc/PID/mem`` of the rank's
+process, which the kernel allows an ancestor of the same user (and root) to do. The rank's pid on
+the host comes from its ``NSpid`` line, matched with the pid it reported in its ready report,
+before any candidate was imported (:func:`host_pids`). A read that fails (an address that is not
+mapped, a process that made itself unreadable) says so: the rank pointed at nothing it made.
+
+CPU tensors only: a GPU's memory is read by the clean rank on that device instead (CUDA IPC).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from pkb_ray.correctness import entry_span
+from pkb_ray.freezer import descendants
+from pkb_ray.runner import tensor_io
+
+MAX_READ_BYTES = 16 << 30  # what one tensor of a rank may ask the parent to read
+
+
+class Unreadable(OSError):
+    """A rank's memory could not be read where it said its tensors lie."""
+
+
+def host_pids(root: int, inner: dict[int, int]) -> dict[int, int]:
+    """rank -> pid on the host, for ranks that reported ``inner`` (rank -> pid as they see it) and
+    run below ``root``. Without a PID namespace of their own both are the same."""
+    wanted = {pid: rank for rank, pid in inner.items()}
+    found = {}
+    for pid in [root, *descendants(root)]:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                line = next((ln for ln in f if ln.startswith("NSpid:")), "")
+        except OSError:
+            continue
+        ids = [int(v) for v in line.split()[1:]]
+        if ids and ids[-1] in wanted and wanted[ids[-1]] not in found:
+            found[wanted[ids[-1]]] = pid
+    return found
+
+
+def read_entries(pid: int, entries: list[list[int]]) -> list[bytes]:
+    """The bytes each layout entry of process ``pid`` covers."""
+    try:
+        fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+    except OSError as exc:
+        raise Unreadable(f"cannot open the memory of process {pid}: {exc.strerror}") from None
+    try:
+        out = []
+        for entry in entries:
+            start, size = entry_span(entry)
+            if not 0 <= size <= MAX_READ_BYTES:
+                raise Unreadable(f"a tensor of {size} bytes")
+            data = os.pread(fd, size, start) if size else b""
+            if len(data) != size:
+                raise Unreadable(f"{size} bytes at {start:#x}: only {len(data)} there")
+            out.append(data)
+        return out
+    except OSError as exc:
+        if isinstance(exc, Unreadable):
+            raise
+        raise Unreadable(f"reading process {pid} at a reported address: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def write_capture(path: Path, read: Callable[[list[list[int]]], list[bytes]], outputs: list[list[int]],
+                  inputs: list[list[int]]) -> None:
+    """Read one call's outputs and inputs (``read(entries)``, e.g. a rank set's
+    :meth:`~pkb_ray.ranks.Ranks.read_tensors`) and write them as the capture the clean rank compares
+    (:func:`pkb_ray.runner.clean.read_capture`): raw bytes and where they were; or why they could
+    not be read."""
+    try:
+        blobs = read([*outputs, *inputs])
+    except Unreadable as exc:
+        tensor_io.write(path, {"error": str(exc)})
+        return
+    raw = [torch.frombuffer(bytearray(b), dtype=torch.uint8) if b else torch.empty(0, dtype=torch.uint8)
+           for b in blobs]
+    tensor_io.write(path, {"layout": [outputs, inputs], "outputs": raw[:len(outputs)], "inputs": raw[len(outputs):],
+                           "error": ""})
