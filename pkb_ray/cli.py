@@ -8,7 +8,6 @@
     pkb-ray prompt problem=ID [backend=B ...] # what a model is asked for a problem
     pkb-ray ls [problems [--category C] | groups] # what a run would see (same overrides as a sweep)
     pkb-ray help config                      # every config key: type, default, description
-    pkb-ray cache clear|verify               # the reference cache
 """
 
 from __future__ import annotations
@@ -82,10 +81,6 @@ def main(argv: list[str] | None = None) -> int:
         from pkb_ray.listing import main as listing
 
         return listing(rest)
-    if command == "cache":
-        from pkb_ray.cache import main as cache
-
-        return cache(rest)
     print(f"pkb-ray: unknown command {command!r}\n\n{usage()}", file=sys.stderr)
     return 2
 

@@ -23,6 +23,7 @@ import os
 import platform
 import shutil
 import signal
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,8 +40,8 @@ from pkb_ray.problem import Problem, Tolerance, Traffic, sol_time_us
 from pkb_ray.rank_pool import CleanRanks, RankPool
 from pkb_ray.ranks import RankIsolation, Ranks, RankSet, StepOutcome
 from pkb_ray.zygote import Zygotes
-from pkb_ray.reference_store import default_key_file
-from pkb_ray.references import ReferenceChanged, ReferenceFailed, References, base_seeds, trial_seeds
+from pkb_ray.keys import InputKeys
+from pkb_ray.references import ReferenceFailed, References, base_seeds, trial_seeds
 from pkb_ray.correctness import layout_aliases
 from pkb_ray.memory import write_capture
 from pkb_ray.rounds import FREEZE_TIMEOUT_S, CleanSetFailed, RoundDriver, Timing, pair
@@ -133,20 +134,18 @@ class Harness:
         (cache_dir / "torch_ext").mkdir(parents=True, exist_ok=True)  # load_inline builds (runner.extensions)
         self.probe = sandbox.probe(sandbox.Isolation(eval_cfg.isolation))  # raises when the level cannot be had
         self.isolation = self.probe.level.value
-        key_dir = default_key_file().parent  # the references' MAC key: a candidate that read it could forge them
-        key_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         hidden = [*map(str, sandbox.default_hidden()), *map(str, private)]
         gpu = hardware.device == "cuda"
         # the problem files, and what they name READABLE (an imported benchmark's checkout), wherever they are
         needed = tuple(sorted({str(p.path.parent) for p in problems.values()}
                               | {str(r) for p in problems.values() for r in getattr(p.module, "READABLE", ())}))
         self._isolation = {
-            "candidate": RankIsolation(self.isolation, hide=(*hidden, str(key_dir), str(cache_dir), str(self.work_dir)),
+            "candidate": RankIsolation(self.isolation, hide=(*hidden, str(cache_dir), str(self.work_dir)),
                                    readable=(str(cache_dir / "cuda"), str(cache_dir / "torch_ext"), *needed),
                                    gpu=gpu),
-            # the clean set reads what candidates saved (their job folders) and writes references
-            "clean": RankIsolation(self.isolation, hide=tuple(hidden), readable=(str(self.work_dir), *needed),
-                               writable=(str(cache_dir / "references"),), gpu=gpu),
+            # the clean set writes each sample's references and reads its captures (the work folder)
+            "clean": RankIsolation(self.isolation, hide=tuple(hidden), readable=needed,
+                               writable=(str(self.work_dir),), gpu=gpu),
         }
         # candidates' sets forked from a template that imported torch once (one node's sets only)
         self._zygotes = Zygotes(self.work_dir, eval_cfg.startup_timeout_s) if (
@@ -154,8 +153,7 @@ class Harness:
         self.pool = RankPool(self._spawn, self.work_dir, eval_cfg.prewarm, eval_cfg.quiet_timing,
                              eval_cfg.startup_timeout_s)
         self.clean = CleanRanks(self._spawn, self.work_dir, eval_cfg.startup_timeout_s)
-        self.references = References(cache_dir / "references", self.clean, eval_cfg.timeout_s)
-        self._trusted: list[Path] = []  # the current sample's capture folders (_trusted_dir)
+        self.references = References(self.clean, eval_cfg.timeout_s)
         self._quiet: dict[tuple, RefTimes] = {}  # (problem, dtype, size, mode, k) -> the reference alone
         self.deadline_epoch: float | None = None  # by when (time.time()) this gang answers: the pool's watch
         # where load_cuda in a rank finds what the compile stage built (pkb_ray.cuda), and the
@@ -200,15 +198,9 @@ class Harness:
         common = dict(category=problem.meta.category, world_size=len(self.devices), nodes=self.nodes, dtype=dtype,
                       size=size_label, hardware=self.hardware.name, device_backend=self.hardware.backend,
                       versions=self.versions, isolation=self.isolation, gang=self.name)
-        ensure = functools.partial(self.references.ensure, problem, len(self.devices), dtype, knobs,
-                                   trial_seeds(self.cfg), self.hardware.device, nodes=self.nodes)
-        attempt = functools.partial(self._attempt, sample, problem, dtype, knobs, clock, ensure)
+        attempt = functools.partial(self._attempt, sample, problem, dtype, knobs, clock)
         try:
-            self._expect_within(self.cfg.startup_timeout_s + self.cfg.timeout_s)  # the reference, the ranks' start
-            expected = ensure()
-            common["message_bytes"] = expected.message_bytes
-            clock.lap(EvalPhase.REFERENCE)
-            fields = self._judge_interference(attempt(expected), attempt, expected, problem, dtype, knobs)
+            fields = self._judge_interference(attempt(), attempt, problem, dtype, knobs)
         finally:
             self.deadline_epoch = None
         verdict = fields.pop("verdict")
@@ -221,24 +213,33 @@ class Harness:
         """Tell the gang pool's watch by when this gang answers (:data:`deadline_epoch`)."""
         self.deadline_epoch = time.time() + seconds + MARGIN_S
 
-    def _attempt(self, sample, problem, dtype, knobs, clock, ensure, expected) -> dict:
-        """One evaluation on a fresh candidate rank set, killed (its whole sandbox) whatever happened."""
-        ranks = self.pool.take()
+    def _attempt(self, sample, problem, dtype, knobs, clock) -> dict:
+        """One evaluation on a fresh candidate rank set, killed (its whole sandbox) whatever happened:
+        on inputs from keys drawn for it (:mod:`pkb_ray.keys`), so its references are computed for it
+        by the clean set, into a folder no candidate sees."""
+        keys = InputKeys.draw(list(range(len(self.devices))))
+        trusted = self._trusted_dir()
+        ranks = None
         try:
+            self._expect_within(self.cfg.startup_timeout_s + self.cfg.timeout_s)  # the reference, the ranks' start
+            expected = self.references.for_sample(problem, dtype, knobs, trial_seeds(self.cfg), keys,
+                                                  trusted / "reference")
+            clock.lap(EvalPhase.REFERENCE)
+            ranks = self.pool.take()
             if not self.cfg.quiet_timing:
                 self.pool.prewarm()
-            return self._run(sample, problem, ranks, dtype, knobs, expected, clock, ensure)
+            return {"message_bytes": expected.message_bytes,
+                    **self._run(sample, problem, ranks, dtype, knobs, expected, clock, keys, trusted)}
         except CleanSetFailed as exc:  # the evaluator's fault: a fresh clean set for the next sample
             self.clean.fail()
             raise ReferenceFailed(str(exc)) from None
         finally:
-            self.pool.retire(ranks)
-            for path in self._trusted:
-                shutil.rmtree(path, ignore_errors=True)
-            self._trusted.clear()
+            if ranks is not None:
+                self.pool.retire(ranks)
+            shutil.rmtree(trusted, ignore_errors=True)
             clock.lap(EvalPhase.CLEANUP)
 
-    def _judge_interference(self, fields: dict, attempt, expected, problem, dtype, knobs) -> dict:
+    def _judge_interference(self, fields: dict, attempt, problem, dtype, knobs) -> dict:
         """A correct sample beside which the reference ran slower than alone: measured against a
         fresh quiet baseline, then evaluated once more; slowed again, it is tampering
         (:mod:`pkb_ray.interference`)."""
@@ -246,7 +247,7 @@ class Harness:
         case = Case(problem_path=str(problem.path), dtype=dtype, size=knobs)
         first = self._slowed(fields, key, case) and self._slowed(fields, key, case, fresh=True)
         if first:
-            fields = attempt(expected)
+            fields = attempt()
             again = self._slowed(fields, key, case)
             if again:
                 fields["verdict"] = interfered(first, again)
@@ -282,7 +283,7 @@ class Harness:
             self.clean.fail()
             raise ReferenceFailed(str(exc)) from None
 
-    def _run(self, sample, problem, ranks, dtype, knobs, expected, clock, ensure) -> dict:
+    def _run(self, sample, problem, ranks, dtype, knobs, expected, clock, keys, trusted) -> dict:
         """Gather the sample's evidence stage by stage, and stop at the first verdict
         (:func:`pkb_ray.verdict.judge` decides, and in which order its rules apply)."""
         self._expect_within(self.cfg.startup_timeout_s)
@@ -301,11 +302,10 @@ class Harness:
         self._expect_within(deadline.budget_s + MARGIN_S)
         cmd = RunTrials(case=case, candidate_path=str(candidate), seeds=expected.seeds, structure=expected.structure,
                         prebuilt=sample.metadata.get("torch_extensions", ""),
-                        arch_list=arch_list(self.hardware.arch or DEFAULT_ARCH))
+                        arch_list=arch_list(self.hardware.arch or DEFAULT_ARCH), keys=keys.as_wire())
         outcome = ranks.run(cmd, deadline.left())
         clock.lap(EvalPhase.TRIALS)
         evidence.trials = view(outcome, ranks)
-        trusted = self._trusted_dir(ranks)  # what the parent read of the candidate: out of its reach
         if outcome.ok:
             evidence.trial_aliases = self._read_trials(ranks, outcome, trusted / "trials")
         rank_builds = {"rank_builds": max((getattr(rep, "rank_builds", 0) for rep in outcome.reports.values()),
@@ -315,11 +315,8 @@ class Harness:
         if found:  # by the second rule too, a sample that fails to run its first call fails
             return {"verdict": found, **({rule.column: False} if rule else {}), **rank_builds}
         tol = self.tolerance(problem, dtype)
-        try:
-            checks = self.references.check_trials(case, expected, trusted / "trials", tol, deadline.left(margin=MARGIN_S))
-        except ReferenceChanged:  # changed on disk since verified (a sample outside a sandbox?): recompute
-            expected = ensure()
-            checks = self.references.check_trials(case, expected, trusted / "trials", tol, deadline.left(margin=MARGIN_S))
+        checks = self.references.check_trials(case, expected, trusted / "trials", tol, keys,
+                                              deadline.left(margin=MARGIN_S))
         evidence.checks, evidence.reference = checks, expected.reference
         trials = _records(checks)
         clock.lap(EvalPhase.CHECK)
@@ -332,14 +329,15 @@ class Harness:
         clock.lap(EvalPhase.QUIET)
         kept = trusted / "timed"
         kept.mkdir()
-        timing = RoundDriver(ranks, self.clean.get(), case, self.cfg, kept, base_seeds(self.cfg), deadline).run()
+        timing = RoundDriver(ranks, self.clean.get(), case, self.cfg, kept, base_seeds(self.cfg), deadline,
+                             keys).run()
         clock.lap(EvalPhase.TIMING)
         evidence.timing_failed = view(timing.failed, ranks) if timing.failed else None
         evidence.timing_what, evidence.watched, evidence.escaped = timing.what, timing.watched, timing.escaped
         found = judge(evidence)
         if found:
             return {"verdict": found, "trials": trials, **second}
-        timed = self.references.check_timed(case, timing.picks, kept, tol, base_seeds(self.cfg),
+        timed = self.references.check_timed(case, timing.picks, kept, tol, base_seeds(self.cfg), keys,
                                             deadline.left(margin=MARGIN_S))
         clock.lap(EvalPhase.TIMED_CHECK)
         evidence.regions, evidence.picks, evidence.timed_checks = timing.regions, timing.picks, timed
@@ -347,13 +345,10 @@ class Harness:
         fields = self._timing_fields(problem, dtype, knobs, timing, trials, expected.traffic)
         return {**fields, **second, "verdict": judge(evidence) or Verdict(Status.CORRECT, ""), "timing": timing}
 
-    def _trusted_dir(self, ranks: Ranks) -> Path:
-        """A folder for one sample's captures, beside its job folder: the clean set reads it, no
-        candidate sees it (the work folder is hidden from them but for their own job folder)."""
-        path = self.work_dir / f"trusted-{ranks.job_dir.name}"
-        path.mkdir()
-        self._trusted.append(path)
-        return path
+    def _trusted_dir(self) -> Path:
+        """A folder for one sample's references and captures: the clean set reads it, no candidate
+        sees it (the work folder is hidden from them but for their own job folder)."""
+        return Path(tempfile.mkdtemp(prefix="trusted-", dir=self.work_dir))
 
     def _read_trials(self, ranks: Ranks, outcome: StepOutcome, folder: Path) -> dict[int, dict[str, list[str]]]:
         """With the candidate's processes stopped (and seen so), read every trial call's outputs

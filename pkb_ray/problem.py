@@ -149,7 +149,10 @@ class Traffic:
 
 @dataclass
 class InputContext:
-    """Everything ``make_inputs`` may depend on. Its random draws are per (seed, rank)."""
+    """Everything ``make_inputs`` may depend on. Its random draws are per (seed, rank); in an
+    evaluation ``seed`` derives from a secret of the rank's own and ``shared_seed`` from one that
+    every rank has (:mod:`pkb_ray.keys`): draw what must be equal on every rank from
+    :meth:`shared_generator` only."""
 
     size: dict[str, int]
     rank: int
@@ -157,6 +160,7 @@ class InputContext:
     dtype: torch.dtype
     device: torch.device
     seed: int
+    shared_seed: int | None = None  # the seed of data identical on every rank (None: ``seed``)
     _gen: torch.Generator | None = field(default=None, repr=False)
 
     @property
@@ -168,7 +172,7 @@ class InputContext:
 
     def shared_generator(self) -> torch.Generator:
         """A generator that gives the same draws on every rank (e.g. split sizes, a root)."""
-        return torch.Generator(device="cpu").manual_seed(_mix(self.seed, -1))
+        return torch.Generator(device="cpu").manual_seed(_mix(self.seed if self.shared_seed is None else self.shared_seed, -1))
 
     def randn(self, *shape: int, dtype: torch.dtype | None = None) -> torch.Tensor:
         return torch.randn(*shape, generator=self.generator, device=self.device, dtype=dtype or self.dtype)

@@ -31,6 +31,7 @@ import torch.distributed as dist
 
 from pkb_ray import allowlist, sandbox
 from pkb_ray.freezer import Freezer
+from pkb_ray.keys import for_rank
 from pkb_ray.memory import Unreadable, host_pids, read_entries
 from pkb_ray.runner import protocol
 from pkb_ray.runner.launch import read_exit
@@ -289,8 +290,12 @@ class RankSet:
         return read_entries(self.host_pids[rank], entries)
 
     def send(self, cmd: Command) -> None:
+        """``cmd`` down every rank's pipe; where it carries input keys, each rank's line holds its
+        own key and the shared one only (:mod:`pkb_ray.keys`)."""
         line = encode_command(cmd)
-        for pipe in self._pipes:
+        for rank, pipe in zip(self.ranks, self._pipes):
+            if cmd.keys:
+                line = encode_command(replace(cmd, keys=for_rank(cmd.keys, rank)))
             try:
                 pipe.write(line)
                 pipe.flush()

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from pkb_ray.config import EvalConfig
 from pkb_ray.deadlines import MARGIN_S, Deadline
+from pkb_ray.keys import InputKeys
 from pkb_ray.names import TimingMode
 from pkb_ray.ranks import Ranks, StepOutcome
 from pkb_ray.names import Side
@@ -83,8 +84,9 @@ class RoundDriver:
     set ``ranks``, the reference's on the ``clean`` set with the candidate's processes stopped."""
 
     def __init__(self, ranks: Ranks | None, clean: Ranks, case: Case, cfg: EvalConfig, kept_dir: Path,
-                 base_seeds: list[int], deadline: Deadline):
+                 base_seeds: list[int], deadline: Deadline, keys: InputKeys | None = None):
         self.ranks, self.clean, self.case, self.cfg, self.kept_dir = ranks, clean, case, cfg, kept_dir
+        self.keys = keys.as_wire() if keys is not None else {}  # the sample's inputs' secrets (pkb_ray.keys)
         self.base_seeds = base_seeds  # make_inputs seeds of the base sets every timed call's inputs come from
         self.deadline = deadline
         self._bracket_us = 0.0  # of the last step: from resuming its set to seeing it stopped again
@@ -161,7 +163,8 @@ class RoundDriver:
         """Each side's k calls captured into a CUDA graph on every rank: True, False (the reason in
         graph_error) or None (the step failed)."""
         for side in Side:
-            cmd = Capture(case=self.case, side=side, k=k, nonce=self.rng.getrandbits(55), base_seeds=self.base_seeds)
+            cmd = Capture(case=self.case, side=side, k=k, nonce=self.rng.getrandbits(55), base_seeds=self.base_seeds,
+                          keys=self.keys)
             outcome = self._step(side, cmd, f"capturing the {side.value} side")
             if outcome is None:
                 return None
@@ -289,7 +292,7 @@ class RoundDriver:
     def _region(self, side: Side, k: int, what: str, timed: bool, mode: str = TimingMode.EAGER) -> Region | None:
         nonce = self.rng.getrandbits(56)
         cmd = TimeRegion(case=self.case, side=side, k=k, nonce=nonce, what=what, base_seeds=self.base_seeds,
-                         hold=timed, graph=mode == TimingMode.GRAPH)
+                         hold=timed, graph=mode == TimingMode.GRAPH, keys=self.keys)
         outcome = self._step(side, cmd, f"{what} ({side.value})")
         if outcome is None:
             return None

@@ -76,6 +76,7 @@ class Ready(Report):
 @record
 class ReferenceReport(Report):
     structure: dict[str, list]  # seed -> [[shape, dtype], ...] of the outputs
+    digests: dict[str, str]  # file name -> SHA-256 of the reference file the rank wrote
     aliases: dict[str, list[str]]  # seed -> inputs the outputs share memory with
     devices: list[str]
     traffic: dict[str, float] | None  # traced volumes, for problems with no bound of their own
@@ -201,10 +202,13 @@ class Pick(Record):
 
 @record
 class Command(Record):
-    """One step of every rank of a set. ``tag`` is the parent's, unpredictable (see ranks.RankSet.tag)."""
+    """One step of every rank of a set. ``tag`` is the parent's, unpredictable (see ranks.RankSet.tag).
+    ``keys``: the secrets the step's inputs derive from (:mod:`pkb_ray.keys`); each rank's line
+    holds its own and the shared one only."""
 
     answer: ClassVar[type[Report]]
     tag: str = ""
+    keys: dict[str, int] = field(default_factory=dict)
 
     @property
     def files(self) -> list[int]:

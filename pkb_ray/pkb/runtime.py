@@ -91,7 +91,8 @@ def reference(root: str, path: str, problem_module: str) -> Callable[..., Any]:
 def make_inputs(ctx: Any, root: str, number: int, faithful: bool) -> tuple:
     use_checkout(root)
     build = _import(Path(root) / BUILDER, "pkb_input_output_tensors").create_input_tensor
-    trial = ctx.seed % TRIAL_MODULUS
+    # PKB's builder draws every rank's data from the trial: the shared seed, so the ranks agree
+    trial = (ctx.seed if getattr(ctx, "shared_seed", None) is None else ctx.shared_seed) % TRIAL_MODULUS
 
     def call(t: int) -> tuple:
         with torch.random.fork_rng(devices=[ctx.device] if ctx.device.type == "cuda" else []):

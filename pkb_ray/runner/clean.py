@@ -45,7 +45,7 @@ class CleanSession(RankSession):
 
     def reference(self, cmd: ComputeReference) -> ReferenceReport:
         out_dir = Path(cmd.out_dir)
-        shapes, shared, traffic, input_bytes = {}, {}, None, 0
+        shapes, shared, traffic, input_bytes, digests = {}, {}, None, 0, {}
         for seed in cmd.seeds:
             self._phase(f"reference seed={seed}")
             inputs = self._inputs(seed)
@@ -57,11 +57,12 @@ class CleanSession(RankSession):
             self._sync()
             shapes[str(seed)], shared[str(seed)] = structure(out), aliases(out, inputs)
             value = {"outputs": out, "inputs_after": inputs}
-            digest = tensor_io.write(tensor_file(out_dir, seed, self.rank), value, digest=True)
+            path = tensor_file(out_dir, seed, self.rank)
+            digest = digests[path.name] = tensor_io.write(path, value, digest=True)
             # the next check needs no read (the key is the content); kept as a reader of the file gets it
             self.resident.put(digest, copy_tree(tensor_io.canonical(value)))
-        return ReferenceReport(structure=shapes, aliases=shared, devices=output_devices(out), traffic=traffic,
-                               input_bytes=input_bytes)
+        return ReferenceReport(structure=shapes, digests=digests, aliases=shared, devices=output_devices(out),
+                               traffic=traffic, input_bytes=input_bytes)
 
     def check_trials(self, cmd: CheckTrials) -> ChecksReport:
         """Compare the candidate's trial outputs (and inputs after the call), as the trusted side

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from pkb_ray.correctness import layout, output_devices
+from pkb_ray.keys import SHARED, derived
 from pkb_ray.names import Status
 from pkb_ray.problem import DTYPES, InputContext, Problem, load_problem
 from pkb_ray.runner.graphs import Captured, capture_calls, same_layout
@@ -40,6 +41,7 @@ class RankSession:
         self.device = device
         self.job_dir = job_dir
         self.problems: dict[str, Problem] = {}
+        self.keys: dict[str, int] = {}
         self._held: Any = None  # outputs and inputs of the last step's calls, until the next step
         self._base: tuple | None = None  # (key, base input sets of the timed calls)
         self._graph: Captured | None = None  # the side's k calls captured (graph timing mode)
@@ -54,6 +56,7 @@ class RankSession:
             raise StepFailed(Status.RUNTIME_ERROR.value, f"a {type(self).__name__} does not run {cmd.step!r}")
         path = cmd.case.problem_path
         self.problem = self.problems.get(path) or self.problems.setdefault(path, load_problem(path))
+        self.keys = cmd.keys  # this rank's own key and the shared one (pkb_ray.keys), or none
         self.dtype_name = cmd.case.dtype
         self.size = cmd.case.size
         return step(cmd)
@@ -145,14 +148,20 @@ class RankSession:
         return [made[n] for n in ns]
 
     def _base_sets(self, base_seeds: list[int]) -> list[tuple]:
-        key = (id(self.problem), self.dtype_name, json.dumps(self.size, sort_keys=True), tuple(base_seeds))
+        key = (id(self.problem), self.dtype_name, json.dumps(self.size, sort_keys=True), tuple(base_seeds),
+               tuple(sorted(self.keys.items())))
         if self._base is None or self._base[0] != key:  # drawn once per sample (per problem in a clean set)
             self._base = (key, [self._inputs(s) for s in base_seeds])
         return self._base[1]
 
     def _inputs(self, seed: int) -> tuple:
+        """The inputs labelled ``seed``: drawn from this rank's secret and the shared one where the
+        command carried them (pkb_ray.keys), else from ``seed`` itself."""
+        own, shared = self.keys.get(str(self.rank)), self.keys.get(SHARED)
         ctx = InputContext(size=self.size, rank=self.rank, world_size=self.world_size,
-                           dtype=DTYPES[self.dtype_name], device=self.device, seed=seed)
+                           dtype=DTYPES[self.dtype_name], device=self.device,
+                           seed=seed if own is None else derived(own, seed),
+                           shared_seed=None if shared is None else derived(shared, seed))
         return tuple(self.problem.make_inputs(ctx))
 
     def _sync(self) -> None:

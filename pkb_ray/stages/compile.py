@@ -31,7 +31,6 @@ from pkb_ray.cuda import DEFAULT_ARCH, BuildSpec, CudaBuildError, build, find_so
 from pkb_ray.names import Status
 from pkb_ray.paths import CODE_ROOT
 from pkb_ray.ranks import RankIsolation
-from pkb_ray.reference_store import default_key_file
 from pkb_ray.runner import extensions
 from pkb_ray.sandbox import Isolation
 from pkb_ray.schema import Result, Sample, Where
@@ -44,7 +43,7 @@ class BuildSettings:
     cache_dir: Path
     timeout_s: float
     isolation: str = "none"  # nvcc on a candidate's source runs in a sandbox (see pkb_ray.cuda.build)
-    hide: tuple[str, ...] = ()  # paths nvcc must not see: the run's outputs, samples, reference cache
+    hide: tuple[str, ...] = ()  # paths nvcc must not see: the run's outputs and samples
     inline_timeout_s: float = 600.0  # a sample's load_inline builds, together
 
 
@@ -135,7 +134,7 @@ def build_inline(module_source: str, settings: BuildSettings, paths: Sequence[st
 
 def build_settings(arch: str | None, cache_dir: Path, timeout_s: float, isolation: str = "none",
                    hide: Sequence[Path] = (), inline_timeout_s: float = 600.0) -> BuildSettings:
-    hide = (*map(str, hide), str(Path(cache_dir) / "references"), str(default_key_file().parent))
+    hide = tuple(map(str, hide))
     return BuildSettings(arch or DEFAULT_ARCH, Path(cache_dir) / "cuda", timeout_s, isolation, hide, inline_timeout_s)
 
 

@@ -8,7 +8,7 @@ from conftest import REPO
 
 LAYERS = {  # 7 = the command, 6 = entry points ... 1 = pure data and rules
     7: ["cli"],
-    6: ["sweep", "baselines", "entry", "cache", "listing", "submit"],
+    6: ["sweep", "baselines", "entry", "listing", "submit"],
     5: ["pipeline", "refine", "tracking", "summary", "summary.run", "summary.tables", "summary.sizes",
         "summary.figures", "summary.sections", "summary.render_html", "summary.render_markdown",
         "summary.render_text", "summary.render_wandb", "summary.render_wandb_report", "summary.pages", "summary.cli", "summary.publish",
@@ -17,18 +17,18 @@ LAYERS = {  # 7 = the command, 6 = entry points ... 1 = pure data and rules
     3: ["gang", "cluster", "spread", "harness", "references", "rounds", "rank_pool", "ranks", "problem_check", "zygote"],
     2: ["runner", "runner.extensions", "runner.launch", "runner.protocol", "runner.rank", "runner.resident",
         "runner.session", "runner.clean", "runner.candidate", "runner.watch", "runner.graphs", "runner.loading",
-        "runner.tensor_io", "runner.trace", "runner.zygote", "runner.namespaces", "cuda", "sandbox", "allowlist", "reaper", "reference_store", "freezer",
+        "runner.tensor_io", "runner.trace", "runner.zygote", "runner.namespaces", "cuda", "sandbox", "allowlist", "reaper", "freezer",
         "memory"],
     1: ["problem", "schema", "metrics", "intervals", "timing", "correctness", "config", "placement", "results", "samples",
         "selection", "verdict", "wire", "paths", "names", "scheduler", "interference", "deadlines", "formats",
         "backend_rules", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.format",
-        "pkb.settings", "pkb.verdict", "problem_helpers", "compose", "storage"],
+        "pkb.settings", "pkb.verdict", "problem_helpers", "compose", "storage", "keys"],
 }
 PURE = [  # no Ray, no processes
     "problem", "problem_helpers", "schema", "metrics", "intervals", "timing", "correctness", "config", "placement", "results",
     "samples", "selection", "verdict", "wire", "paths", "names", "scheduler", "interference", "deadlines", "formats",
     "backend_rules", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.format", "pkb.settings",
-    "pkb.verdict", "compose", "storage"]
+    "pkb.verdict", "compose", "storage", "keys"]
 LAYER = {f"pkb_ray.{m}": n for n, mods in LAYERS.items() for m in mods}
 
 

@@ -1,13 +1,13 @@
-# Overwrites every cached reference output it can find with zeros (keeping each file's header, so
-# the file still parses), then returns zeros itself: every later sample of the problem would be
-# judged against zeros if the cache were writable and unverified. PKB_TEST_TARGET names the cache
-# folder (a real attacker would search for it).
+# Overwrites every tensor file it can find outside its own job folder with zeros (keeping each
+# file's header, so the file still parses): the sample's references and the captures of its
+# outputs, were they within its reach, then returns zeros itself. PKB_TEST_TARGET names the
+# harness's work folder (a real attacker would search for it).
 import os
 from pathlib import Path
 
 import torch
 
-for root in (os.environ.get("PKB_TEST_TARGET", ""), os.path.expanduser("~/.cache/pkb_ray")):
+for root in (os.environ.get("PKB_TEST_TARGET", ""), os.path.expanduser("~/.cache/pkb_ray"), "/tmp"):
     for path in Path(root).rglob("*.tensors") if root else []:
         try:
             data = bytearray(path.read_bytes())
