@@ -2,14 +2,19 @@
 
 Order of events for one sample (all limits from :class:`pkb_ray.config.EvalConfig`):
 
-1. Reference outputs for (problem, W, dtype, size, seeds, device) come from the
-   :class:`~pkb_ray.references.References`: computed once by the gang's clean rank set (which never
-   imports a candidate) and verified by content hash on every read.
+1. Keys for the sample's inputs are drawn (:mod:`pkb_ray.keys`: one per rank, one shared), and the
+   gang's clean rank set (which never imports a candidate) computes the reference's outputs on the
+   trial inputs, into a folder of the sample's that no candidate sees
+   (:meth:`~pkb_ray.references.References.for_sample`).
 2. A candidate's rank set (fresh, sandboxed; started ahead by :class:`~pkb_ray.rank_pool.RankPool`)
-   imports the candidate and runs the trials; the clean set compares what it saved.
-3. Only if every trial on every rank is right: timing, driven region by region from here
-   (:mod:`pkb_ray.rounds`); the clean set recomputes the picked timed calls and compares.
-4. The candidate's rank set is killed (its whole sandbox) whatever happened.
+   imports the candidate and runs the trials, holding what each call returned; with its processes
+   stopped, the parent reads those outputs and inputs from the ranks' memory (:mod:`pkb_ray.memory`),
+   and the clean set compares them.
+3. Only if every trial on every rank is right: timing, driven region by region from here and timed
+   by the parent's clock (:mod:`pkb_ray.rounds`); the clean set recomputes the checked timed calls
+   and compares.
+4. The candidate's rank set is killed (its whole sandbox) whatever happened, and the sample's folder
+   removed.
 
 Every decision is :mod:`pkb_ray.verdict`'s. Any failure becomes a :class:`~pkb_ray.schema.Result`
 with its status; nothing raises out of :meth:`Harness.evaluate` for a bad sample.

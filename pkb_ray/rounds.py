@@ -2,18 +2,21 @@
 :mod:`pkb_ray.timing`; this is its parent side).
 
 Two rank sets take turns on the same devices: the gang's clean set times the reference, the
-sample's own set the candidate. Before every step of the clean set, every process of the
-candidate's sandbox is stopped (:meth:`pkb_ray.ranks.Ranks.freeze`), and resumed after it: while
-the reference runs, nothing the candidate patched, registered or started can run or touch it.
-The clean set is stopped likewise during the candidate's steps, so that the two sides' regions
-start alike, in processes just resumed.
+sample's own set the candidate. Exactly one set runs at a time: a step resumes its side's set and
+ends by stopping it again, and seeing every process of it stopped (:class:`pkb_ray.freezer.Freezer`);
+the other set stays stopped throughout. While the reference runs, nothing the candidate patched,
+registered or started can run or touch it; before the candidate's next step the parent checks that
+none of its processes gained CPU time while stopped (else it escaped the freezer).
 
-For every region the parent draws a fresh nonce (the calls' inputs), sends the command, and
-brackets it with its own clock until the last rank reports. After a timed candidate region the
-rank's report commits to every output; only then does the parent say (a ``keep`` step, outside
-every bracket) that this region is one of the ``spot_checks`` picked (chosen at random before the
-first region, never sent to the ranks) and which call's output to hand over. Every wait ends by
-the sample's :class:`~pkb_ray.deadlines.Deadline` (the clean set's by it plus the margin).
+For every region the parent draws a fresh nonce (the calls' inputs), sends the command with the
+sample's input keys (each rank gets its own: :mod:`pkb_ray.keys`), and times it with its own clock
+from resuming the set to seeing it stopped: the region's time, whatever the ranks report. After
+each of the candidate's regions, its set stopped, the parent decides which calls to check (each
+with probability ``checked_calls`` / the mode's calls, independently, never sent to the ranks) and
+reads their outputs and inputs from the ranks' memory itself (:mod:`pkb_ray.memory`), as captures
+the clean set compares later; from where the ranks said their tensors lie it also judges what
+shares memory. Every wait ends by the sample's :class:`~pkb_ray.deadlines.Deadline` (the clean
+set's by it plus the margin).
 """
 
 from __future__ import annotations

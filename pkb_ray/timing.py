@@ -1,55 +1,56 @@
 """The benchmarking convention, written once.
 
 Reference (A) and candidate (B) are timed interleaved on the same devices: the reference by the
-gang's clean rank set while every process of the candidate's is stopped, the candidate by its
-own set. The parent (which never imports a candidate) drives every timed region itself, one
-command per region (:mod:`pkb_ray.rounds`):
+gang's clean rank set, the candidate by its own set, each while every process of the other is
+stopped. The parent (which never imports a candidate) drives every region itself, one command per
+region (:mod:`pkb_ray.rounds`), and times it with its own clock:
 
-1. Warmup: one untimed region of ``warmup`` calls per side. Then one calibration region of
-   ``timing_sets`` calls per side; from the slower side's time per call (the slowest rank) the
-   parent sets ``k``, the calls per region: enough back-to-back calls to fill ``round_us``
-   microseconds, at least 1, at most ``max_round_calls``.
+1. Warmup: one untimed region of ``warmup`` calls per side. Then one calibration region of the
+   reference, ``timing_sets`` calls: from its time per call (the slowest clean rank's) the parent
+   sets ``k``, the calls per region, enough to fill ``round_us`` microseconds, at least 1, at most
+   ``max_round_calls``. The candidate's own speed never sets ``k`` (it could slow a calibration).
 2. ``rounds`` regions per side, in the order A B B A A B ... (each side goes first equally often,
    so neither inherits the other's warm caches more).
 3. Every call of every region gets inputs no call has seen before: the parent sends a fresh random
    nonce with each region, and call n gets a copy of base input set n mod ``timing_sets`` (drawn
-   once per sample by ``make_inputs``) with every floating-point element moved by a pseudo-random
-   factor in [1 - 1/16, 1 + 1/16] keyed on (nonce, n) and on the element's own value
-   (:func:`fresh_inputs`). Keyed on the value, equal elements stay equal (ties, and tensors that are
-   the same on every rank), zeros stay zeros and signs stay signs; the new values are drawn on the
-   device, outside the timed part, at the cost of one elementwise pass. A base set with no
-   floating-point tensor is drawn anew by ``make_inputs`` from :func:`call_seed` (nonce, n)
-   instead. Memoising by address, by sampled values or by a hash of the inputs gains nothing.
-4. A region: all ranks meet at a barrier, then the side is called ``k`` times back to back; it is
-   timed by the host clock from a device-wide synchronisation to the next one (on GPU the end waits
-   for every stream of the device, so work hidden on side streams is counted). A region's figure
-   is region time / ``k``. The fixed cost of the synchronisation is shared by ``k`` calls.
+   once per sample by ``make_inputs`` from the rank's own key, :mod:`pkb_ray.keys`) with every
+   floating-point element moved by a pseudo-random factor in [1 - 1/16, 1 + 1/16] keyed on
+   (nonce, n) and on the element's own value (:func:`fresh_inputs`). Keyed on the value, equal
+   elements stay equal (ties, and tensors that are the same on every rank), zeros stay zeros and
+   signs stay signs; the new values are drawn on the device, at the cost of one elementwise pass. A
+   base set with no floating-point tensor is drawn anew by ``make_inputs`` from :func:`call_seed`
+   (nonce, n) instead. Memoising by address, by sampled values or by a hash of the inputs gains
+   nothing.
+4. A region: the side's set is resumed, all its ranks meet at a barrier, the side is called ``k``
+   times back to back (or one CUDA graph replay of ``k`` captured calls, in graph mode), every
+   stream of the device is synchronised, each rank says where each call's outputs and inputs lie
+   and reports; the parent then stops the set and sees every process of it stopped. The region's
+   time is the parent's clock from resuming the set to seeing it stopped: whatever the side does
+   in between, its own timer or report included, is its time, and nothing it does can happen
+   after. The reference's regions hold the same fixed work (resuming, inputs, barrier, report,
+   stopping), so it cancels in a copy; a region's figure is its time / ``k``. What a rank reports
+   of its own time is kept as a diagnostic only.
    Graph mode (``eval.timing_mode``): after calibration each side's ``k`` calls, on ``k`` input
    buffers of their own, are captured once into a CUDA graph; a region copies its fresh inputs
-   into those buffers (outside the timed part), then times one replay the same way. Only the
-   device's work is timed, as production runs it (decode steps and training steps are replayed
-   graphs). A side that cannot be captured (it synchronises the host, allocates in a way capture
-   refuses, uses a process group that is not NCCL) leaves both sides eager, with the reason.
-5. After the region the rank commits to every output (:func:`pkb_ray.correctness.fingerprint`) in
-   its report. Only then does the parent pick, at random and unknown to the rank beforehand, which
-   regions' outputs are checked and which call of each; the rank hands that output over, and a
-   clean rank set recomputes the reference on the same inputs and compares (``eval.spot_checks``
-   picks, of the candidate's regions only). A candidate that caches an answer, or returns garbage
-   when it thinks no one looks, fails the picks it cannot predict.
-6. The parent times each region itself too (its clock from sending the command to the last rank's
-   report). A rank's own figure must fit inside that bracket, and the time the bracket holds beyond
-   it (input generation, commitments, messages: the same work on both sides) must be about the same
-   for both sides; a candidate that reports less time than it took shows up as extra unexplained
-   time (see :mod:`pkb_ray.verdict`).
-7. Per rank: the median over regions, with the inter-quartile range as the spread. A sample's time
-   is its slowest rank's median; speedup = reference time / candidate time.
-8. Each gang keeps a quiet baseline of each reference it times (the same regions with no
+   into those buffers, then times one replay the same way. Only the device's work is timed, as
+   production runs it (decode steps and training steps are replayed graphs). A side that cannot be
+   captured (it synchronises the host, allocates in a way capture refuses, uses a process group
+   that is not NCCL) leaves both sides eager, with the reason.
+5. After each of the candidate's regions, its processes stopped, the parent decides for every call
+   independently whether to check it (probability ``checked_calls`` / all the mode's calls), and
+   reads those calls' outputs and inputs from the ranks' memory itself; a clean rank set recomputes
+   the reference on the same inputs and compares (:mod:`pkb_ray.rounds`). A candidate that caches
+   an answer, or returns garbage when it thinks no one looks, fails checks it cannot predict.
+6. Per side: the median over regions of time / ``k`` is its time (the whole set's, so its slowest
+   rank's, since the bracket ends when the last rank's report came and the set stopped); per rank
+   the median of the time to its own report, with the inter-quartile range as the spread.
+   speedup = reference time / candidate time.
+7. Each gang keeps a quiet baseline of each reference it times (the same regions with no
    candidate alive); a reference that ran materially slower beside a sample is evidence of
    interference (:mod:`pkb_ray.interference`).
 
-The timer and synchronisation functions are bound at import, before any candidate is imported:
-a candidate that replaces ``time.perf_counter`` or ``torch.cuda.synchronize`` later does not
-change what we measure, and one that replaces ours is caught by the parent's bracket.
+The rank's timer and synchronisation functions are bound at import, before any candidate is
+imported; they make the rank's own figures (diagnostics) and the calibration's (the clean set's).
 """
 
 from __future__ import annotations
