@@ -56,7 +56,7 @@ from pkb_ray.runner.extensions import arch_list
 from pkb_ray.schema import Result, Sample, TrialRecord, Where
 from pkb_ray.timing import median_iqr, sample_time, speedup
 from pkb_ray.verdict import Evidence, StepView, Verdict, interfered, judge
-from pkb_ray.wire import Case, ChecksReport, Failure, RunTrials
+from pkb_ray.wire import Case, ChecksReport, Failure, RunTrials, Tol
 
 __all__ = ["Harness", "ReferenceFailed", "describe"]
 
@@ -335,15 +335,14 @@ class Harness:
         kept = trusted / "timed"
         kept.mkdir()
         timing = RoundDriver(ranks, self.clean.get(), case, self.cfg, kept, base_seeds(self.cfg), deadline,
-                             keys).run()
+                             keys, Tol(atol=tol.atol, rtol=tol.rtol)).run()
         clock.lap(EvalPhase.TIMING)
         evidence.timing_failed = view(timing.failed, ranks) if timing.failed else None
         evidence.timing_what, evidence.watched, evidence.escaped = timing.what, timing.watched, timing.escaped
         found = judge(evidence)
         if found:
             return {"verdict": found, "trials": trials, **second}
-        timed = self.references.check_timed(case, timing.picks, kept, tol, base_seeds(self.cfg), keys,
-                                            deadline.left(margin=MARGIN_S))
+        timed = {rank: ChecksReport(checks=found) for rank, found in timing.checks.items()}
         clock.lap(EvalPhase.TIMED_CHECK)
         evidence.regions, evidence.picks, evidence.timed_checks = timing.regions, timing.picks, timed
         trials += _records(timed, kind="timed")

@@ -21,7 +21,7 @@ from pkb_ray.keys import InputKeys
 from pkb_ray.problem import Problem, Tolerance
 from pkb_ray.rank_pool import CleanRanks
 from pkb_ray.ranks import StepOutcome
-from pkb_ray.wire import Case, CheckTimed, CheckTrials, ChecksReport, Command, ComputeReference, Failure, Pick, Tol
+from pkb_ray.wire import Case, CheckTrials, ChecksReport, Command, ComputeReference, Failure, Tol
 
 log = logging.getLogger(__name__)
 
@@ -88,15 +88,6 @@ class References:
                           expected_sha256=expected.sha256, actual_dir=str(actual_dir),
                           tolerance=Tol(atol=tol.atol, rtol=tol.rtol), keys=keys.as_wire())
         return self._run(cmd, "checking the trials", timeout_s).reports
-
-    def check_timed(self, case: Case, picks: dict[int, Pick], kept_dir: Path, tol: Tolerance,
-                    seeds: list[int], keys: InputKeys, timeout_s: float | None = None) -> dict[int, ChecksReport]:
-        """Per rank: the clean set's recomputation and comparison of the picked timed calls."""
-        if not picks:
-            return {}
-        cmd = CheckTimed(case=case, picks=list(picks.values()), base_seeds=seeds, actual_dir=str(kept_dir),
-                         tolerance=Tol(atol=tol.atol, rtol=tol.rtol), keys=keys.as_wire())
-        return self._run(cmd, "checking the timed calls", timeout_s).reports
 
     def _run(self, cmd: Command, what: str, timeout_s: float | None = None) -> StepOutcome:
         """``cmd`` on the clean set, within ``timeout_s`` (a sample's deadline plus the margin; by

@@ -14,8 +14,8 @@ from resuming the set to seeing it stopped: the region's time, whatever the rank
 each of the candidate's regions, its set stopped, the parent decides which calls to check (each
 with probability ``checked_calls`` / the mode's calls, independently, never sent to the ranks) and
 reads their outputs and inputs from the ranks' memory itself (:mod:`pkb_ray.memory`), as captures
-the clean set compares later; from where the ranks said their tensors lie it also judges what
-shares memory. Every wait ends by the sample's :class:`~pkb_ray.deadlines.Deadline` (the clean
+that the clean set recomputes and compares in a step of its own, the candidate still stopped; from
+where the ranks said their tensors lie it also judges what shares memory. Every wait ends by the sample's :class:`~pkb_ray.deadlines.Deadline` (the clean
 set's by it plus the margin).
 """
 
@@ -37,7 +37,7 @@ from pkb_ray.verdict import Region
 from pkb_ray.correctness import layout_aliases
 from pkb_ray.memory import write_capture
 from pkb_ray.runner.protocol import tensor_file
-from pkb_ray.wire import Answer, Capture, Case, Command, Pick, TimeRegion, Watch
+from pkb_ray.wire import Answer, Capture, Case, CheckTimed, Command, Finding, Pick, TimeRegion, Tol, Watch
 
 REGION_POLL_S = 0.0002  # the parent's bracket is as fine as its look at the reports
 # A graph replay's region holds at most this many times the eager region's calls. More calls share
@@ -71,6 +71,7 @@ class Timing:
     k_graph: int = 0  # calls per graph replay (calibrated on replays)
     watched: dict[int, Answer] = field(default_factory=dict)  # the candidate's reports after the rounds
     escaped: str = ""  # how the candidate's processes ran while stopped (the freezer's proof)
+    checks: dict[int, list[Finding]] = field(default_factory=dict)  # rank -> the clean set's findings on the picks
 
     def of(self, mode: str) -> list[Region]:
         return [r for r in self.regions if r.mode == mode]
@@ -87,8 +88,9 @@ class RoundDriver:
     set ``ranks``, the reference's on the ``clean`` set with the candidate's processes stopped."""
 
     def __init__(self, ranks: Ranks | None, clean: Ranks, case: Case, cfg: EvalConfig, kept_dir: Path,
-                 base_seeds: list[int], deadline: Deadline, keys: InputKeys | None = None):
+                 base_seeds: list[int], deadline: Deadline, keys: InputKeys | None = None, tol: Tol | None = None):
         self.ranks, self.clean, self.case, self.cfg, self.kept_dir = ranks, clean, case, cfg, kept_dir
+        self.tol = tol or Tol(atol=0.0, rtol=0.0)  # the problem's, for the checks of timed calls
         self.keys = keys.as_wire() if keys is not None else {}  # the sample's inputs' secrets (pkb_ray.keys)
         self.base_seeds = base_seeds  # make_inputs seeds of the base sets every timed call's inputs come from
         self.deadline = deadline
@@ -198,20 +200,36 @@ class RoundDriver:
 
     def _check_calls(self, region: Region, i: int, chance: float) -> None:
         """The aliasing of every call (from where the ranks said their tensors lie) and, for each
-        call picked now, its outputs and inputs as captures the clean set compares later. The ranks
-        are stopped: nothing of theirs runs between the call and the read."""
+        call picked now, its outputs and inputs read as captures, which the clean set then
+        recomputes and compares (a step of its own, the candidate still stopped). The ranks are
+        stopped: nothing of theirs runs between the call and the read."""
+        picks = self._pick_calls(region, i, chance)
+        if not picks:
+            return
+        cmd = CheckTimed(case=self.case, picks=picks, base_seeds=self.base_seeds, actual_dir=str(self.kept_dir),
+                         tolerance=self.tol, keys=self.keys)
+        outcome = self._step(Side.REF, cmd, f"checking {len(picks)} calls of {region.mode} round {i}")
+        for rank, report in outcome.reports.items():
+            self.timing.checks.setdefault(rank, []).extend(report.checks)
+
+    def _pick_calls(self, region: Region, i: int, chance: float) -> list[Pick]:
+        """Which calls of the region to check (each with probability ``chance``, independently),
+        their captures written; and what shares memory, from the layouts."""
         region.aliases = {rank: sorted({a for call in layout_aliases([pair(c) for c in rep.calls]) for a in call})
                           for rank, rep in region.reports.items()}
+        picks = []
         for index in range(region.k):
             if self.rng.random() >= chance:
                 continue
             pick = Pick(id=len(self.timing.picks), side=Side.CAND, region=i, index=index, mode=region.mode,
                         nonce=region.nonce)
             self.timing.picks[pick.id] = pick
+            picks.append(pick)
             for rank, rep in region.reports.items():
                 outputs, inputs = pair(rep.calls[index] if index < len(rep.calls) else None)
                 write_capture(tensor_file(self.kept_dir, pick.id, rank),
                               lambda entries, r=rank: self.ranks.read_tensors(r, entries), outputs, inputs)
+        return picks
 
     def _step(self, side: Side, cmd: Command, what: str) -> StepOutcome | None:
         """One step on the set that runs ``side``, the other set stopped meanwhile: a candidate's
