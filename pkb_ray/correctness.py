@@ -198,28 +198,46 @@ def structure(value: Any) -> list[list]:
 # --- where a rank's tensors lie: what the trusted side reads them by ------------------------------
 # A rank reports, for every call, where each output and input tensor lies in its process's memory
 # (a *layout*: one entry per tensor, in order). The entry is cheap to make inside a timed region:
-# [address of the first element, numel, bytes per element] for a contiguous tensor, followed by the
-# shape and strides (in elements) for any other. The trusted side reads the bytes there itself,
+# [address of the first element, numel, dtype (its index in LAYOUT_DTYPES)] for a contiguous
+# tensor, followed by the shape and strides (in elements) for any other. The trusted side reads the bytes there itself,
 # while the rank's processes are stopped (pkb_ray.memory), and the clean set reinterprets them with
 # the reference's dtype and shape (from_layout). A forged entry can only point at bytes that are
 # then checked: right bytes at a forged address are right bytes that the call made.
+
+LAYOUT_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
+                 torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128,
+                 *(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64")
+                   if hasattr(torch, n))]
+_DTYPE_CODE = {d: i for i, d in enumerate(LAYOUT_DTYPES)}
+
 
 def layout(value: Any) -> list[list[int]]:
     """The layout entry of each tensor of ``value``, in order."""
     out = []
     for t in _tensors(value):
-        entry = [t.data_ptr(), t.numel(), t.element_size()]
+        entry = [t.data_ptr(), t.numel(), _DTYPE_CODE.get(t.dtype, -1)]
         if not t.is_contiguous():
             entry += [t.dim(), *t.shape, *t.stride()]
         out.append(entry)
     return out
 
 
+def cuda_pointers(value: Any) -> list[int]:
+    """The address of each CUDA tensor of ``value`` (whose allocations the rank exports for the
+    clean rank to read: :mod:`pkb_ray.runner.cuda_ipc`)."""
+    return [t.data_ptr() for t in _tensors(value) if t.is_cuda]
+
+
+def entry_dtype(entry: list[int]) -> torch.dtype | None:
+    return LAYOUT_DTYPES[entry[2]] if len(entry) > 2 and 0 <= entry[2] < len(LAYOUT_DTYPES) else None
+
+
 def entry_span(entry: list[int]) -> tuple[int, int]:
     """(first byte, bytes) that a layout entry covers; a malformed entry covers nothing."""
-    if len(entry) < 3 or entry[1] <= 0 or entry[2] <= 0:
+    dtype = entry_dtype(entry)
+    if dtype is None or entry[1] <= 0:
         return (entry[0] if entry else 0, 0)
-    ptr, numel, item = entry[:3]
+    ptr, numel, item = entry[0], entry[1], dtype.itemsize
     if len(entry) == 3:
         return ptr, numel * item
     ndim = entry[3]
@@ -258,15 +276,17 @@ def layout_aliases(calls: list[tuple[list[list[int]], list[list[int]]]]) -> list
 
 
 def from_layout(blob: torch.Tensor, entry: list[int], like: torch.Tensor) -> torch.Tensor | str:
-    """The tensor a layout entry's bytes (``blob``, uint8, as the trusted side read them) hold,
-    shaped and typed like the reference's ``like``; a message when they cannot be."""
-    if len(entry) < 3 or entry[1] != like.numel():
-        return f"{entry[1] if len(entry) > 1 else '?'} elements, expected {like.numel()} (shape {tuple(like.shape)})"
-    if entry[2] != like.element_size():
-        return f"{entry[2]} bytes an element, expected {like.element_size()} ({like.dtype})"
+    """The tensor a layout entry's bytes (``blob``, uint8, as the trusted side read them) hold, of
+    the entry's dtype and shaped like the reference's ``like`` (a dtype that differs is then the
+    comparison's to say); a message when they cannot be."""
+    dtype = entry_dtype(entry)
+    if dtype is None:
+        return "a tensor of a dtype the evaluator does not read"
+    if entry[1] != like.numel():
+        return f"{entry[1]} elements, expected {like.numel()} (shape {tuple(like.shape)})"
     if blob.numel() != entry_span(entry)[1]:
         return "the bytes read do not cover the tensor"
-    flat = blob.view(like.dtype) if blob.numel() else blob.new_empty(0).view(like.dtype)
+    flat = blob.view(dtype) if blob.numel() else blob.new_empty(0).view(dtype)
     if len(entry) == 3:
         return flat.reshape(like.shape)
     ndim = entry[3]

@@ -311,8 +311,9 @@ class Harness:
         outcome = ranks.run(cmd, deadline.left())
         clock.lap(EvalPhase.TRIALS)
         evidence.trials = view(outcome, ranks)
+        allocations = {r: dict(rep.handles) for r, rep in outcome.reports.items() if not isinstance(rep, Failure)}
         if outcome.ok:
-            evidence.trial_aliases = self._read_trials(ranks, outcome, trusted / "trials")
+            evidence.trial_aliases = self._read_trials(ranks, outcome, trusted / "trials", allocations)
         rank_builds = {"rank_builds": max((getattr(rep, "rank_builds", 0) for rep in outcome.reports.values()),
                                           default=None)} if builds else {}
         rule = formats.second_verdict()
@@ -335,7 +336,7 @@ class Harness:
         kept = trusted / "timed"
         kept.mkdir()
         timing = RoundDriver(ranks, self.clean.get(), case, self.cfg, kept, base_seeds(self.cfg), deadline,
-                             keys, Tol(atol=tol.atol, rtol=tol.rtol)).run()
+                             keys, Tol(atol=tol.atol, rtol=tol.rtol), allocations).run()
         clock.lap(EvalPhase.TIMING)
         evidence.timing_failed = view(timing.failed, ranks) if timing.failed else None
         evidence.timing_what, evidence.watched, evidence.escaped = timing.what, timing.watched, timing.escaped
@@ -354,28 +355,27 @@ class Harness:
         sees it (the work folder is hidden from them but for their own job folder)."""
         return Path(tempfile.mkdtemp(prefix="trusted-", dir=self.work_dir))
 
-    def _read_trials(self, ranks: Ranks, outcome: StepOutcome, folder: Path) -> dict[int, dict[str, list[str]]]:
-        """With the candidate's processes stopped (and seen so), read every trial call's outputs
-        and inputs where each rank said they lie, as captures in ``folder``; and what shares memory
-        (rank -> seed -> findings)."""
+    def _read_trials(self, ranks: Ranks, outcome: StepOutcome, folder: Path,
+                     allocations: dict[int, dict[str, list]]) -> dict[int, dict[str, list[str]]]:
+        """Stop the candidate's processes (and see them stopped), then read every trial call's
+        outputs and inputs where each rank said they lie, as captures in ``folder``; and what
+        shares memory (rank -> seed -> findings). The set stays stopped until the timing step
+        resumes it: the clean set reads what lies in its device memory while it is."""
         folder.mkdir()
-        if not ranks.freeze(FREEZE_TIMEOUT_S):
-            ranks.thaw()
-            for rank, seed in ((r, s) for r in ranks.ranks for s in map(str, outcome.reports[r].calls)):
-                tensor_io.write(tensor_file(folder, int(seed), rank), {"error": "its processes did not stop"})
-            return {}
-        try:
-            found = {}
-            for rank, rep in sorted(outcome.reports.items()):
-                seeds = sorted(rep.calls, key=int)
-                calls = [pair(rep.calls[s]) for s in seeds]
-                found[rank] = dict(zip(seeds, layout_aliases(calls)))
-                for seed, (outputs, inputs) in zip(seeds, calls):
-                    write_capture(tensor_file(folder, int(seed), rank),
-                                  lambda entries, r=rank: ranks.read_tensors(r, entries), outputs, inputs)
-            return found
-        finally:
-            ranks.thaw()
+        stopped = ranks.freeze(FREEZE_TIMEOUT_S)
+        found = {}
+        for rank, rep in sorted(outcome.reports.items()):
+            seeds = sorted(rep.calls, key=int)
+            calls = [pair(rep.calls[s]) for s in seeds]
+            found[rank] = dict(zip(seeds, layout_aliases(calls)))
+            for seed, (outputs, inputs) in zip(seeds, calls):
+                path = tensor_file(folder, int(seed), rank)
+                if not stopped:
+                    tensor_io.write(path, {"error": f"its processes were not all seen stopped within {FREEZE_TIMEOUT_S:.0f} s"})
+                    continue
+                write_capture(path, lambda entries, r=rank: ranks.read_tensors(r, entries), outputs, inputs,
+                              allocations.get(rank))
+        return found
 
     def tolerance(self, problem: Problem, dtype: str) -> Tolerance:
         """The problem's tolerance for ``dtype``, unless ``eval.tolerances`` overrides it."""

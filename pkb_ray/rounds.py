@@ -88,9 +88,12 @@ class RoundDriver:
     set ``ranks``, the reference's on the ``clean`` set with the candidate's processes stopped."""
 
     def __init__(self, ranks: Ranks | None, clean: Ranks, case: Case, cfg: EvalConfig, kept_dir: Path,
-                 base_seeds: list[int], deadline: Deadline, keys: InputKeys | None = None, tol: Tol | None = None):
+                 base_seeds: list[int], deadline: Deadline, keys: InputKeys | None = None, tol: Tol | None = None,
+                 allocations: dict[int, dict[str, list]] | None = None):
         self.ranks, self.clean, self.case, self.cfg, self.kept_dir = ranks, clean, case, cfg, kept_dir
         self.tol = tol or Tol(atol=0.0, rtol=0.0)  # the problem's, for the checks of timed calls
+        # rank -> the candidate's device allocations exported so far (base -> [size, IPC handle])
+        self.allocations = allocations if allocations is not None else {}
         self.keys = keys.as_wire() if keys is not None else {}  # the sample's inputs' secrets (pkb_ray.keys)
         self.base_seeds = base_seeds  # make_inputs seeds of the base sets every timed call's inputs come from
         self.deadline = deadline
@@ -228,7 +231,8 @@ class RoundDriver:
             for rank, rep in region.reports.items():
                 outputs, inputs = pair(rep.calls[index] if index < len(rep.calls) else None)
                 write_capture(tensor_file(self.kept_dir, pick.id, rank),
-                              lambda entries, r=rank: self.ranks.read_tensors(r, entries), outputs, inputs)
+                              lambda entries, r=rank: self.ranks.read_tensors(r, entries), outputs, inputs,
+                              self.allocations.get(rank))
         return picks
 
     def _step(self, side: Side, cmd: Command, what: str) -> StepOutcome | None:
@@ -317,6 +321,9 @@ class RoundDriver:
         outcome = self._step(side, cmd, f"{what} ({side.value})")
         if outcome is None:
             return None
+        if side is Side.CAND:
+            for rank, rep in outcome.reports.items():
+                self.allocations.setdefault(rank, {}).update(rep.handles)
         return Region(side=side, k=k, bracket_us=self._bracket_us, reports=outcome.reports, nonce=nonce,
                       mode=mode, arrived_us=self._arrived_us)
 

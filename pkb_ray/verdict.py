@@ -180,6 +180,11 @@ def tampering(reports: dict[int, Answer]) -> Verdict | None:
     return None
 
 
+# a trial check's kind -> the status it gives: memory the rank pointed at but that holds nothing is a
+# forged report; memory CUDA IPC cannot share is a sample the evaluator cannot read (it says how to fix)
+_STATUS_OF_KIND = {"unreadable": Status.TAMPERING, "unshareable": Status.RUNTIME_ERROR}
+
+
 def trial_verdict(candidate: dict[int, TrialsReport], checks: dict[int, ChecksReport],
                   reference: dict, device: dict[int, str], aliases: dict[int, dict[str, list[str]]]) -> Verdict | None:
     """Trials of every rank: ``candidate`` its reports (devices per seed), ``checks`` the clean
@@ -200,7 +205,7 @@ def trial_verdict(candidate: dict[int, TrialsReport], checks: dict[int, ChecksRe
     for rank, report in sorted(checks.items()):
         bad = next((c for c in report.checks if not c.ok), None)
         if bad:
-            status = Status.TAMPERING if bad.kind == "unreadable" else Status.WRONG_OUTPUT
+            status = _STATUS_OF_KIND.get(bad.kind, Status.WRONG_OUTPUT)
             return Verdict(status, f"trial seed={bad.id} rank {rank}: {bad.where}: {bad.message}", rank)
     return None
 
@@ -228,6 +233,8 @@ def timed_verdict(regions: list[Region], checks: dict[int, ChecksReport], picks:
                 continue
             pick = picks[check.id]
             where = f"{pick.side} {pick.mode} region {pick.region} call {pick.index}"
+            if check.kind == "unshareable":
+                return Verdict(Status.RUNTIME_ERROR, f"rank {rank} {where}: {check.message}", rank)
             if check.kind == "unreadable":
                 return Verdict(Status.TAMPERING, f"rank {rank}: the {where} left nothing readable where its report "
                                                  f"said its tensors lie: {check.message}", rank)

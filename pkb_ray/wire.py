@@ -37,7 +37,7 @@ class Step:
     WATCH = "watch"  # a candidate's set says what its watches found (after the rounds)
     CAPTURE = "capture"  # capture one side's k calls into a CUDA graph (graph timing mode)
     CHECK_TRIALS = "check_trials"  # compare the candidate's trial outputs with the references (clean ranks)
-    CHECK_TIMED = "check_timed"  # the same for the timed calls kept
+    CHECK_TIMED = "check_timed"  # the same for the timed calls the parent picked and read
     EXIT = "exit"
 
 
@@ -86,11 +86,15 @@ class ReferenceReport(Report):
 Layout = list[list[int]]  # where each tensor of a value lies (pkb_ray.correctness.layout)
 
 
+Allocations = dict[str, list]  # base address -> [size, CUDA IPC handle as hex] (pkb_ray.runner.cuda_ipc)
+
+
 @record
 class TrialsReport(Watched):
     devices: dict[str, list[str]]  # seed -> the outputs' devices
     calls: dict[str, list[Layout]]  # seed -> [its outputs' layout, its inputs' layout]
     rank_builds: int  # torch extensions the candidate built on the rank
+    handles: Allocations = field(default_factory=dict)  # the device allocations exported since the last report
 
 
 @record
@@ -98,6 +102,7 @@ class RegionReport(Report):
     us: float  # per call, by the rank's own clock (a diagnostic): finite and >= 0
     calls: list[list[Layout]]  # per call, [its outputs' layout, its inputs' layout], held until the next step
     devices: list[str]  # of the first call's outputs
+    handles: Allocations = field(default_factory=dict)  # the device allocations exported since the last report
 
     def __post_init__(self) -> None:  # pydantic runs it too: a ValueError here is a ValidationError there
         if not (isinstance(self.us, (int, float)) and math.isfinite(self.us) and self.us >= 0):
@@ -124,7 +129,7 @@ class Finding(Record):
     where: str = ""
     message: str = ""
     max_abs_error: float | None = None
-    kind: Literal["", "value", "unreadable"] = ""
+    kind: Literal["", "value", "unreadable", "unshareable"] = ""
     second: bool | None = None  # the first trial, by the second rule (pkb_ray.formats.second_verdict)
 
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from pkb_ray.correctness import layout, output_devices, poison_like
+from pkb_ray.correctness import output_devices, poison_like
 from pkb_ray.names import Status
 from pkb_ray.runner import extensions
 from pkb_ray.runner.loading import candidate_traceback, load_candidate
@@ -70,7 +70,7 @@ class CandidateSession(RankSession):
         if not callable(solution):
             raise StepFailed(Status.IMPORT_ERROR.value, "the module defines no callable solution(...)")
         self.candidate = solution
-        devices, placed, held = {}, {}, []  # every call's outputs and inputs stay alive until the next step
+        devices, held = {}, []  # every call's outputs and inputs stay alive until the next step
         for seed in cmd.seeds:
             self._phase(f"trial seed={seed}")
             inputs = self._inputs(seed)
@@ -81,10 +81,11 @@ class CandidateSession(RankSession):
                 self._sync()
             except BaseException:  # noqa: BLE001
                 raise StepFailed(Status.RUNTIME_ERROR.value, f"trial seed={seed}:\n{candidate_traceback()}") from None
-            devices[str(seed)], placed[str(seed)] = output_devices(out), [layout(out), layout(inputs)]
+            devices[str(seed)] = output_devices(out)
             held.append((out, inputs))
         self._held = held
-        return TrialsReport(devices=devices, calls=placed, rank_builds=builds["built"])
+        placed = dict(zip(map(str, cmd.seeds), self.placed([o for o, _ in held], [i for _, i in held])))
+        return TrialsReport(devices=devices, calls=placed, rank_builds=builds["built"], handles=self.exported())
 
     def watch(self, cmd: Watch) -> WatchReport:
         self._held = None

@@ -15,12 +15,12 @@ from typing import Any, Callable
 import torch
 
 from pkb_ray import formats
-from pkb_ray.correctness import aliases, compare, copy_tree, output_devices, rebuild, structure
+from pkb_ray.correctness import aliases, compare, copy_tree, entry_span, output_devices, rebuild, structure
 from pkb_ray.runner import tensor_io
 from pkb_ray.runner.protocol import Side, StepFailed, tensor_file
 from pkb_ray.runner.resident import BUDGET_BYTES, Resident, nbytes
 from pkb_ray.runner.session import RankSession
-from pkb_ray.runner.tensor_io import TensorFileError
+from pkb_ray.runner.tensor_io import TensorFileError, canonical
 from pkb_ray.runner.trace import traced_call
 from pkb_ray.wire import (Capture, CheckTimed, CheckTrials, ChecksReport, Command, ComputeReference, Finding,
                           ReferenceReport, Report, TimeRegion)
@@ -35,6 +35,7 @@ class CleanSession(RankSession):
         super().__init__(rank, world_size, device, job_dir)
         # verified reference outputs kept on the device between samples (by content hash)
         self.resident = Resident(BUDGET_BYTES.get(device.type, BUDGET_BYTES["cpu"]))
+        self._importer = None  # opens a candidate's device allocations (CUDA IPC), on a GPU
 
     def steps(self) -> dict[type[Command], Callable[[Any], Report]]:
         return {ComputeReference: self.reference, CheckTrials: self.check_trials, CheckTimed: self.check_timed,
@@ -43,7 +44,17 @@ class CleanSession(RankSession):
     def timed_fn(self) -> Callable[..., Any]:
         return self.problem.solution
 
+    def _fetch(self, allocations: dict, spans: list) -> list[torch.Tensor]:
+        """Copies of a candidate's device memory at ``spans``, through its allocations' IPC handles
+        (opened once a sample: :meth:`reference`, each sample's first step, closes the last one's)."""
+        if self._importer is None:
+            from pkb_ray.runner.cuda_ipc import Importer  # loads the CUDA driver: GPU ranks only
+            self._importer = Importer(self.device)
+        return self._importer.read(allocations, spans)
+
     def reference(self, cmd: ComputeReference) -> ReferenceReport:
+        if self._importer is not None:  # a new sample: the last one's allocations are gone
+            self._importer.close()
         out_dir = Path(cmd.out_dir)
         shapes, shared, traffic, input_bytes, digests = {}, {}, None, 0, {}
         for seed in cmd.seeds:
@@ -73,9 +84,10 @@ class CleanSession(RankSession):
             self._phase(f"check seed={seed}")
             expected = self._expected(Path(cmd.expected_dir), seed, cmd.expected_sha256)
             path = tensor_file(Path(cmd.actual_dir), seed, self.rank)
-            outputs, inputs, unreadable = read_capture(path, expected["outputs"], expected["inputs_after"], self.device)
-            if unreadable:
-                found.append(_finding(seed, "output", unreadable, kind="unreadable"))
+            outputs, inputs, why, kind = read_capture(path, expected["outputs"], expected["inputs_after"], self.device,
+                                                      self._fetch)
+            if why:
+                found.append(_finding(seed, "output", why, kind=kind))
                 continue
             rule = formats.second_verdict() if seed == cmd.seeds[0] else None
             second = rule.agrees(expected["outputs"], outputs) if rule else None
@@ -96,9 +108,10 @@ class CleanSession(RankSession):
             expected = self.problem.solution(*inputs)  # the inputs as the reference leaves them, too
             self._sync()
             path = tensor_file(Path(cmd.actual_dir), pick.id, self.rank)
-            outputs, inputs_after, unreadable = read_capture(path, expected, inputs, self.device)
-            if unreadable:
-                found.append(_finding(pick.id, "output", unreadable, kind="unreadable"))
+            expected, inputs = canonical(expected), canonical(inputs)  # as the candidate's layouts have them
+            outputs, inputs_after, why, kind = read_capture(path, expected, inputs, self.device, self._fetch)
+            if why:
+                found.append(_finding(pick.id, "output", why, kind=kind))
                 continue
             bad = _compared(expected, outputs, inputs, inputs_after, tol)
             found.append(_finding(pick.id, bad.where, bad.message, bad.max_abs_error) if bad else _finding(pick.id))
@@ -128,26 +141,41 @@ def _finding(id_: int, where: str = "", message: str = "", max_abs_error: float 
 
 
 
-def read_capture(path: Path, outputs: Any, inputs: Any, device: torch.device) -> tuple[Any, Any, str]:
+def read_capture(path: Path, outputs: Any, inputs: Any, device: torch.device,
+                 fetch: Callable[[dict, list], list] | None = None) -> tuple[Any, Any, str, str]:
     """What the trusted side read of a call (:func:`pkb_ray.memory.write_capture`), as the values
-    ``outputs`` and ``inputs`` (the reference's) would be: (outputs, inputs, "") or (None, None, why
-    they cannot be had)."""
+    ``outputs`` and ``inputs`` (the reference's) would be: (outputs, inputs, "", "") or (None, None,
+    why they cannot be had, the finding's kind). The tensors it left in the candidate's device
+    memory are read now by ``fetch(allocations, spans)`` (:class:`pkb_ray.runner.cuda_ipc.Importer`),
+    the candidate still stopped."""
     try:
         cap = tensor_io.read(path, device)
         if not isinstance(cap, dict):
             raise TensorFileError("not a capture")
     except TensorFileError as exc:
-        return None, None, f"outputs not read: {exc}"
+        return None, None, f"outputs not read: {exc}", "unreadable"
     if cap.get("error"):
-        return None, None, f"outputs unreadable where the rank said they lie: {cap['error']}"
-    (out_entries, in_entries), read_out, read_in = cap["layout"], cap["outputs"], cap["inputs"]
-    got_out, why = rebuild(outputs, read_out, out_entries)
+        return None, None, f"outputs unreadable where the rank said they lie: {cap['error']}", "unreadable"
+    (out_entries, in_entries), blobs = cap["layout"], [*cap["outputs"], *cap["inputs"]]
+    remote = cap.get("remote") or []
+    if remote:
+        allocations = cap.get("allocations") or {}
+        if any(not handle for _, handle in allocations.values()):
+            return None, None, ("outputs in device memory that CUDA IPC cannot share (cuMem/VMM allocations, e.g. "
+                                "symmetric memory): return tensors of torch's allocator"), "unshareable"
+        entries = [*out_entries, *in_entries]
+        try:
+            for i, blob in zip(remote, fetch(allocations, [entry_span(entries[i]) for i in remote])):
+                blobs[i] = blob
+        except OSError as exc:  # not where the rank said, or no handle to open
+            return None, None, f"outputs unreadable where the rank said they lie: {exc}", "unreadable"
+    got_out, why = rebuild(outputs, blobs[:len(out_entries)], out_entries)
     if why:
-        return None, None, f"outputs: {why}"
-    got_in, why = rebuild(inputs, read_in, in_entries)
+        return None, None, f"outputs: {why}", "value"
+    got_in, why = rebuild(inputs, blobs[len(out_entries):], in_entries)
     if why:
-        return None, None, f"inputs: {why}"
-    return got_out, got_in, ""
+        return None, None, f"inputs: {why}", "value"
+    return got_out, got_in, "", ""
 
 
 def _compared(expected: Any, actual: Any, inputs_after: Any, actual_inputs: Any, tol: Any):

@@ -9,8 +9,9 @@ a :mod:`pkb_ray.wire` command:
 ``reference``, ``check_trials``, ``check_timed``, ``region``, ``capture``   in a clean set
                (``--role clean``, never a candidate): expected outputs, the comparisons the verdict
                rests on, and the reference's timed regions (:mod:`pkb_ray.runner.clean`).
-``trials``, ``region``, ``capture``, ``keep``   in a candidate's set: run it on the trial seeds,
-               time one region of its calls, hand over one output of the last region
+``trials``, ``region``, ``capture``, ``watch``   in a candidate's set: run it on the trial seeds,
+               time one region of its calls (each holding its outputs and inputs, and saying
+               where they lie, for the parent to read), say what the watches found
                (:mod:`pkb_ray.runner.candidate`).
 ``exit``       leave.
 

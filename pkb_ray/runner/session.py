@@ -18,7 +18,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from pkb_ray.correctness import layout, output_devices
+from pkb_ray.correctness import cuda_pointers, layout, output_devices
+from pkb_ray.runner.tensor_io import canonical
 from pkb_ray.keys import SHARED, derived
 from pkb_ray.names import Status
 from pkb_ray.problem import DTYPES, InputContext, Problem, load_problem
@@ -45,6 +46,7 @@ class RankSession:
         self._held: Any = None  # outputs and inputs of the last step's calls, until the next step
         self._base: tuple | None = None  # (key, base input sets of the timed calls)
         self._graph: Captured | None = None  # the side's k calls captured (graph timing mode)
+        self._exporter = None  # the IPC handles of the device allocations its tensors lie in (CUDA only)
 
     def steps(self) -> dict[type[Command], Callable[[Any], Report]]:
         """The commands this kind of set obeys, and the method that runs each."""
@@ -95,8 +97,26 @@ class RankSession:
             gc.enable()
         self._held = (outs, calls) if cmd.hold else None
         # both sides say where (the same work inside the parent's bracket), though only a candidate's are read
-        placed = [[layout(out), layout(args)] for out, args in zip(outs, calls)] if cmd.hold else []
-        return RegionReport(us=us, calls=placed, devices=output_devices(outs[0]))
+        placed = self.placed(outs, calls) if cmd.hold else []
+        return RegionReport(us=us, calls=placed, devices=output_devices(outs[0]), handles=self.exported())
+
+    def placed(self, outs: list[Any], calls: list[Any]) -> list[list]:
+        """Where each call's outputs and inputs lie (layouts); on a GPU their allocations exported
+        too, so that the clean rank can read them while this process is stopped."""
+        # what a tensor file of the value would hold (a module's state, a process group's ranks): the
+        # reference's values are compared in that form
+        placed = [[layout(canonical(out)), layout(canonical(args))] for out, args in zip(outs, calls)]
+        if self.device.type == "cuda":
+            if self._exporter is None:
+                from pkb_ray.runner.cuda_ipc import Exporter  # loads the CUDA driver: GPU ranks only
+                self._exporter = Exporter()
+            for out, args in zip(outs, calls):
+                for ptr in (*cuda_pointers(canonical(out)), *cuda_pointers(canonical(args))):
+                    self._exporter.note(ptr)
+        return placed
+
+    def exported(self) -> dict[str, list]:
+        return self._exporter.take_new() if self._exporter is not None else {}
 
     def capture(self, cmd: Capture) -> CaptureReport:
         """Capture k calls, on input buffers of their own, into a CUDA graph that later regions

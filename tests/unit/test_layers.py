@@ -17,7 +17,7 @@ LAYERS = {  # 7 = the command, 6 = entry points ... 1 = pure data and rules
     3: ["gang", "cluster", "spread", "harness", "references", "rounds", "rank_pool", "ranks", "problem_check", "zygote"],
     2: ["runner", "runner.extensions", "runner.launch", "runner.protocol", "runner.rank", "runner.resident",
         "runner.session", "runner.clean", "runner.candidate", "runner.watch", "runner.graphs", "runner.loading",
-        "runner.tensor_io", "runner.trace", "runner.zygote", "runner.namespaces", "cuda", "sandbox", "allowlist", "reaper", "freezer",
+        "runner.tensor_io", "runner.trace", "runner.zygote", "runner.namespaces", "runner.cuda_ipc", "cuda", "sandbox", "allowlist", "reaper", "freezer",
         "memory"],
     1: ["problem", "schema", "metrics", "intervals", "timing", "correctness", "config", "placement", "results", "samples",
         "selection", "verdict", "wire", "paths", "names", "scheduler", "interference", "deadlines", "formats",

@@ -35,7 +35,7 @@ def test_commands_round_trip_and_are_frozen():
 
 
 def test_a_report_parses_as_its_steps_record_or_as_a_failure():
-    good = {"status": "ok", "us": 12.5, "calls": [[[[140000, 16, 4]], [[150000, 16, 4]]]], "devices": ["cpu"]}
+    good = {"status": "ok", "us": 12.5, "calls": [[[[140000, 16, 0]], [[150000, 16, 0]]]], "devices": ["cpu"]}
     assert parse_report(RegionReport, good) == RegionReport(**good)
     failed = parse_report(RegionReport, {"status": "runtime_error", "message": "Traceback ..."})
     assert isinstance(failed, Failure) and failed.status == "runtime_error"
