@@ -301,7 +301,7 @@ class _SweepFields(_Strict):
                                     "with a final result are skipped")
     generated_dir: str | None = Field(None, description="None: <output_dir>/generated. Generated samples (Parquet); "
                                       "name a folder or URI to reuse them: nothing is generated twice")
-    cache_dir: str = Field("~/.cache/pkb_ray", description="reference outputs, reused across runs")
+    cache_dir: str = Field("~/.cache/pkb_ray", description="CUDA and torch extension builds, reused across runs")
     baselines_dir: str = Field("baselines", description="reference timings per hardware profile "
                                                         "(python -m pkb_ray.baselines writes <name>.json there)")
 

@@ -148,6 +148,8 @@ def fresh_calls(base: tuple, nonce: int, ns: list[int], own: bool = True) -> lis
 def _moved_rows(x: torch.Tensor, keys: torch.Tensor, own: bool) -> list[torch.Tensor]:
     """x moved once per key (see :func:`fresh_inputs`), in batches of at most FRESH_BATCH_ELEMENTS
     elements; with ``own`` a row that shares its batch is copied out of it."""
+    if x.numel() == 0:  # nothing to move (an empty split of an uneven exchange): a buffer of its own each
+        return [x.detach().clone() for _ in range(len(keys))]
     word = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}[x.element_size()]
     bits = x.detach().contiguous().view(word).reshape(1, -1).to(torch.int64) & 0xFFFFFFFF
     mixed = bits * 0x9E3779B1  # a 32-bit mix (murmur3's finaliser): products stay below 2**63

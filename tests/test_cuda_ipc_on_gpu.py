@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 MAKE = """
 def make(dev):
     seg = torch.arange(1 << 16, dtype=torch.int32, device=dev) * 3 - 7
-    halves = torch.arange(5000, dtype=torch.float32, device=dev) * -0.5
+    halves = (torch.arange(5000, dtype=torch.float32, device=dev) + 1) * -0.5  # no zero: its sign is moot
     big = (torch.arange(6 << 20, dtype=torch.int64, device=dev) % 251).to(torch.uint8)
     # a and b: two views into one tensor; small tensors (seg, halves) share one 2 MiB caching-allocator
     # segment; off: at an odd offset into a large allocation of its own

@@ -150,6 +150,9 @@ def test_fresh_calls_batched_equal_each_call_made_alone(monkeypatch):
             storages = {c[0].untyped_storage().data_ptr() for c in made}
             assert len(storages) == len(ns) or not own  # own: every call its own buffers
     assert timing.fresh_calls((torch.arange(3),), nonce=5, ns=[0, 1]) is None
+    # an empty tensor (a rank that sends nothing in an uneven exchange): empty buffers, one a call
+    empty = timing.fresh_calls((torch.empty(0, 128), x), nonce=5, ns=[0, 1, 2])
+    assert [tuple(c[0].shape) for c in empty] == [(0, 128)] * 3
 
 
 @pytest.mark.parametrize("mode", ["eager", "graph", "both"])
