@@ -73,13 +73,13 @@ def read_entries(pid: int, entries: list[list[int]]) -> list[bytes]:
 
 
 def write_capture(path: Path, read: Callable[[list[list[int]]], list[bytes]], outputs: list[list[int]],
-                  inputs: list[list[int]], allocations: dict[str, list] | None = None) -> None:
+                  inputs: list[list[int]], allocations: dict[str, list] | None = None) -> bool:
     """One call's outputs and inputs as the capture the clean rank compares
     (:func:`pkb_ray.runner.clean.read_capture`): where they were, and the bytes of every CPU tensor,
     read now (``read(entries)``, e.g. a rank set's :meth:`~pkb_ray.ranks.Ranks.read_tensors`). A
     tensor that lies in one of the rank's exported device ``allocations`` (base -> [size, IPC
     handle]) is left for the clean rank on that device to read (``remote``), which it does before
-    the rank is resumed. Or why the bytes could not be read."""
+    the rank is resumed. Or why the bytes could not be read. True when something was left so."""
     entries = [*outputs, *inputs]
     table = sorted((int(base), int(size)) for base, (size, _) in (allocations or {}).items())
     remote = [i for i, e in enumerate(entries) if _inside(entry_span(e), table)]
@@ -87,7 +87,7 @@ def write_capture(path: Path, read: Callable[[list[list[int]]], list[bytes]], ou
         blobs = read([e for i, e in enumerate(entries) if i not in remote]) if len(remote) < len(entries) else []
     except Unreadable as exc:
         tensor_io.write(path, {"error": str(exc)})
-        return
+        return False
     it = iter(blobs)
     raw = [torch.empty(0, dtype=torch.uint8) if i in remote else
            (torch.frombuffer(bytearray(b), dtype=torch.uint8) if (b := next(it)) else torch.empty(0, dtype=torch.uint8))
@@ -96,6 +96,7 @@ def write_capture(path: Path, read: Callable[[list[list[int]]], list[bytes]], ou
                                                               for i in remote)}
     tensor_io.write(path, {"layout": [outputs, inputs], "outputs": raw[:len(outputs)], "inputs": raw[len(outputs):],
                            "remote": remote, "allocations": used, "error": ""})
+    return bool(remote)
 
 
 def _inside(span: tuple[int, int], table: list[tuple[int, int]]) -> bool:

@@ -100,6 +100,7 @@ class RoundDriver:
         self._bracket_us = 0.0  # of the last step: from resuming its set to seeing it stopped again
         self._arrived_us = {}  # of the last step: rank -> from resuming its set to its report
         self._stopped: dict[int, bool] = {}  # id(rank set) -> seen stopped since its last step
+        self._pending: list[Pick] = []  # picks read, not yet compared by the clean set
         self.rng = secrets.SystemRandom()
         self.timing = Timing()
 
@@ -199,41 +200,50 @@ class RoundDriver:
                 self.timing.regions.append(region)
                 if side is Side.CAND:
                     self._check_calls(region, i, chance)
+        self._compare(f"checking the {mode} rounds' calls")
         return True
 
     def _check_calls(self, region: Region, i: int, chance: float) -> None:
         """The aliasing of every call (from where the ranks said their tensors lie) and, for each
-        call picked now, its outputs and inputs read as captures, which the clean set then
-        recomputes and compares (a step of its own, the candidate still stopped). The ranks are
-        stopped: nothing of theirs runs between the call and the read."""
-        picks = self._pick_calls(region, i, chance)
+        call picked now, its outputs and inputs read as captures, which the clean set recomputes and
+        compares: at once (a step of its own, the candidate still stopped) when some of it lies in
+        the candidate's device memory, which only the clean rank can read; else with the mode's
+        last round. The ranks are stopped: nothing of theirs runs between the call and the read."""
+        remote = self._pick_calls(region, i, chance)
+        if remote:
+            self._compare(f"checking calls of {region.mode} round {i}")
+
+    def _compare(self, what: str) -> None:
+        """The clean set's recomputation and comparison of the picks not compared yet."""
+        picks, self._pending = self._pending, []
         if not picks:
             return
         cmd = CheckTimed(case=self.case, picks=picks, base_seeds=self.base_seeds, actual_dir=str(self.kept_dir),
                          tolerance=self.tol, keys=self.keys)
-        outcome = self._step(Side.REF, cmd, f"checking {len(picks)} calls of {region.mode} round {i}")
+        outcome = self._step(Side.REF, cmd, what)
         for rank, report in outcome.reports.items():
             self.timing.checks.setdefault(rank, []).extend(report.checks)
 
-    def _pick_calls(self, region: Region, i: int, chance: float) -> list[Pick]:
+    def _pick_calls(self, region: Region, i: int, chance: float) -> bool:
         """Which calls of the region to check (each with probability ``chance``, independently),
-        their captures written; and what shares memory, from the layouts."""
+        their captures written (True when some tensor was left for the clean rank to read); and
+        what shares memory, from the layouts."""
         region.aliases = {rank: sorted({a for call in layout_aliases([pair(c) for c in rep.calls]) for a in call})
                           for rank, rep in region.reports.items()}
-        picks = []
+        remote = False
         for index in range(region.k):
             if self.rng.random() >= chance:
                 continue
             pick = Pick(id=len(self.timing.picks), side=Side.CAND, region=i, index=index, mode=region.mode,
                         nonce=region.nonce)
             self.timing.picks[pick.id] = pick
-            picks.append(pick)
+            self._pending.append(pick)
             for rank, rep in region.reports.items():
                 outputs, inputs = pair(rep.calls[index] if index < len(rep.calls) else None)
-                write_capture(tensor_file(self.kept_dir, pick.id, rank),
-                              lambda entries, r=rank: self.ranks.read_tensors(r, entries), outputs, inputs,
-                              self.allocations.get(rank))
-        return picks
+                remote |= write_capture(tensor_file(self.kept_dir, pick.id, rank),
+                                        lambda entries, r=rank: self.ranks.read_tensors(r, entries), outputs, inputs,
+                                        self.allocations.get(rank))
+        return remote
 
     def _step(self, side: Side, cmd: Command, what: str) -> StepOutcome | None:
         """One step on the set that runs ``side``, the other set stopped meanwhile: a candidate's
