@@ -23,7 +23,6 @@ are ours, not untrusted); a bad file fails with :class:`ProblemError` naming the
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import inspect
 import sys
@@ -37,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from pkb_ray.config import HardwareConfig
 from pkb_ray.paths import PROBLEMS_DIR
+from pkb_ray.keys import derived
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -181,10 +181,7 @@ class InputContext:
         return torch.randint(low, high, shape, generator=self.generator, device=self.device, dtype=dtype)
 
 
-def _mix(seed: int, rank: int) -> int:
-    digest = hashlib.blake2b(f"{seed}:{rank}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
-
+_mix = derived  # a seed of (seed, rank): the same keyed hash as an input key's labels
 
 @dataclass(frozen=True)
 class Problem:

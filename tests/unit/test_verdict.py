@@ -69,14 +69,6 @@ def test_trials_wrong_device_and_aliasing_and_clean_mismatch():
     assert trial_verdict(good, forged, ref, DEV, {}).status is Status.TAMPERING
 
 
-def _regions(ref_us, cand_us, ref_bracket, cand_bracket, n=10, k=1):
-    regions = []
-    for _ in range(n):
-        regions.append(Region(Side.REF, k, ref_bracket, {0: _region(ref_us), 1: _region(ref_us)}))
-        regions.append(Region(Side.CAND, k, cand_bracket, {0: _region(cand_us), 1: _region(cand_us)}))
-    return regions
-
-
 def test_a_regions_time_is_the_parents_bracket_whatever_the_rank_reports():
     # a candidate that reports 1/50 of its time: the region's time per call is still the bracket's
     honest, forged = Region(Side.CAND, 4, 8000.0, {0: _region(1900.0)}), Region(Side.CAND, 4, 8000.0, {0: _region(38.0)})
