@@ -33,6 +33,7 @@ from pathlib import Path
 
 STOPPED_STATES = {"T", "t", "Z", "X"}  # stopped, stopped by a tracer, dead (exited, not yet reaped)
 RAN_SLACK_NS = 200_000  # CPU time a task may still be booked after it shows as stopped
+STOP_POLL_S = 0.00005  # between looks at signalled processes
 
 
 def descendants(root: int) -> list[int]:
@@ -112,17 +113,28 @@ class Freezer:
     def __init__(self, root: int, cgroup: Path | None = None):
         self.root = root
         self.cgroup = cgroup if cgroup is not None and (cgroup / "cgroup.freeze").exists() else None
-        self.stopped: list[int] = []
         self.frozen = False
+        # every process found below the root so far, by pid, with a pidfd: a signal through it never
+        # reaches another process that got the pid of one that exited
+        self._known: dict[int, int] = {}
         self._cpu: dict[tuple[int, str], int] = {}  # each task's CPU time when the freeze was proven
 
     @property
     def how(self) -> str:
         return "cgroup freezer" if self.cgroup else "SIGSTOP"
 
+    @property
+    def stopped(self) -> list[int]:
+        """The processes the last freeze stopped (and proved stopped)."""
+        return list(self._known) if self.frozen else []
+
     def freeze(self, timeout_s: float) -> bool:
         """Stop every process of the sandbox and see each stopped; False if that was not seen within
-        ``timeout_s``."""
+        ``timeout_s``. Without a cgroup: every process known from earlier freezes is signalled at
+        once; then passes over their tasks until one sees each stopped (re-signalling what still
+        runs), and one walk below the root for processes not known yet. Only a running process can
+        start another, so when the walk after such a pass finds none new, the set is whole and
+        stopped; :meth:`ran_while_frozen` later proves it stayed so."""
         self.frozen = True
         deadline = time.monotonic() + timeout_s
         if self.cgroup is not None:
@@ -132,42 +144,66 @@ class Freezer:
                     return False
                 time.sleep(0.0005)
             return True
+        self._stop([*self._known] or descendants(self.root))
         while True:
-            found = [p for p in descendants(self.root) if p not in self.stopped]
-            for pid in found:
-                _signal(pid, signal.SIGSTOP)
-            self.stopped += found
-            if not found and self._all_stopped():
-                self._cpu = self._cpu_times()
-                return True
+            # a signalled thread stops only once it is scheduled: on a busy machine, looking again
+            # at once would take the CPU it needs; each process's first thread, then every task
+            if self._leaders_stopped() and self._all_stopped():
+                found = [p for p in descendants(self.root) if p not in self._known]
+                if not found:
+                    self._cpu = self._cpu_times()
+                    return True
+                self._stop(found)
             if time.monotonic() > deadline:
                 return False
+            time.sleep(STOP_POLL_S)
+
+    def _stop(self, pids: list[int]) -> None:
+        for pid in pids:
+            if pid not in self._known:
+                try:
+                    self._known[pid] = os.pidfd_open(pid)
+                except OSError:  # gone already
+                    continue
+            if not self._send(pid, signal.SIGSTOP):
+                os.close(self._known.pop(pid))
+
+    def _send(self, pid: int, sig: int) -> bool:
+        """``sig`` to a known process through its pidfd; False when it has exited."""
+        try:
+            signal.pidfd_send_signal(self._known[pid], sig)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True  # not ours to signal (it changed its credentials): the pass finds it running
+
+    def _leaders_stopped(self) -> bool:
+        """Whether the first thread of every known process shows stopped (or gone): one read a process."""
+        return all(task_state(pid, str(pid)) in STOPPED_STATES | {""} for pid in self._known)
 
     def _all_stopped(self) -> bool:
-        """One pass over every task of every signalled process: True when each is stopped or gone.
+        """One pass over every task of every known process: True when each is stopped or gone.
         What still runs is signalled again (it may have been resumed since)."""
-        still = {pid for pid in self.stopped for tid in tasks(pid)
+        still = {pid for pid in self._known for tid in tasks(pid)
                  if task_state(pid, tid) not in STOPPED_STATES | {""}}
-        for pid in still:
-            _signal(pid, signal.SIGSTOP)
+        self._stop(list(still))
         return not still
 
     def _cpu_times(self) -> dict[tuple[int, str], int]:
-        return {(pid, tid): ns for pid in self.stopped for tid in tasks(pid)
+        return {(pid, tid): ns for pid in self._known for tid in tasks(pid)
                 if (ns := cpu_ns(pid, tid)) is not None}
 
     def ran_while_frozen(self) -> str:
         """Why some task of the set ran since the freeze was proven ("" when none did): call it
-        before :meth:`thaw`. New processes below the root count too."""
+        before :meth:`thaw`. No walk for new processes: when the freeze was proven every process
+        below the root was known and stopped, and only a task that ran could have started one."""
         if not self.frozen or self.cgroup is not None:
             return ""
         for (pid, tid), before in self._cpu.items():
             now = cpu_ns(pid, tid)
             if now is not None and now > before + RAN_SLACK_NS:
                 return f"process {pid} (task {tid}) ran {(now - before) / 1e3:.0f} us while its set was stopped"
-        born = [p for p in descendants(self.root) if p not in self.stopped]
-        if born:
-            return f"process {born[0]} was started while its set was stopped"
         return ""
 
     def thaw(self) -> None:
@@ -177,14 +213,13 @@ class Freezer:
         if self.cgroup is not None:
             (self.cgroup / "cgroup.freeze").write_text("0")
             return
-        for pid in self.stopped:
-            _signal(pid, signal.SIGCONT)
-        self.stopped = []
+        for pid in list(self._known):
+            if not self._send(pid, signal.SIGCONT):
+                os.close(self._known.pop(pid))
         self._cpu = {}
 
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+    def close(self) -> None:
+        """Let go of the pidfds (the set is gone)."""
+        for fd in self._known.values():
+            os.close(fd)
+        self._known = {}

@@ -38,10 +38,11 @@ from pkb_ray.runner.launch import read_exit
 from pkb_ray.zygote import DESCRIBED as ZYGOTE_DESCRIBED
 from pkb_ray.zygote import Forked, ZygoteFailed, Zygotes
 from pkb_ray.zygote import request as forked_request
-from pkb_ray.wire import Answer, Command, Exit, Failure, Ready, Report, Step, encode_command, parse_report
+from pkb_ray.wire import Answer, Command, Exit, Failure, Ready, Report, Step, as_dict, parse_report
 
 ERROR_GRACE_S = 2.0  # after one rank fails, how long the others get to report before being killed
 POLL_S = 0.02
+EXIT_POLL_S = 0.005  # how often a wait reads the ranks' exit files
 LOG_TAIL_CHARS = 1500
 CPU_RANK_MEMORY = 16 << 30  # address space of one CPU rank process in a sandbox (RLIMIT_AS)
 SANDBOX_STORE = "127.0.0.1:29400"  # rank 0's rendezvous in a sandbox's own network: no other process can bind there
@@ -235,6 +236,7 @@ class RankSet:
                      "--pg-timeout", str(pg_timeout_s), "--num-threads", str(num_threads), "--role", role,
                      *(["--host-store"] if own_network else [])]
         reads, writes, self._pipes, self._reports = [], [], [], {}
+        self._exits_seen = 0.0  # when a wait last read the exit files (EXIT_POLL_S)
         for rank in self.ranks:
             r, w = os.pipe()  # commands down
             reads.append(r)
@@ -292,10 +294,11 @@ class RankSet:
     def send(self, cmd: Command) -> None:
         """``cmd`` down every rank's pipe; where it carries input keys, each rank's line holds its
         own key and the shared one only (:mod:`pkb_ray.keys`)."""
-        line = encode_command(cmd)
+        raw = as_dict(cmd)
+        line = (json.dumps(raw) + "\n").encode()
         for rank, pipe in zip(self.ranks, self._pipes):
             if cmd.keys:
-                line = encode_command(replace(cmd, keys=for_rank(cmd.keys, rank)))
+                line = (json.dumps({**raw, "keys": for_rank(cmd.keys, rank)}) + "\n").encode()
             try:
                 pipe.write(line)
                 pipe.flush()
@@ -315,14 +318,21 @@ class RankSet:
                          answered=answered)
 
     def collect(self, tag: str, out: StepOutcome) -> None:
-        """One look at each rank not yet accounted for in ``out``: its report, or its death."""
+        """One look at each rank not yet accounted for in ``out``: its report, or (at most every
+        EXIT_POLL_S: a region polls much faster) its death."""
         gone = self.proc.poll() is not None
+        now = time.monotonic()
+        deaths = gone or now - self._exits_seen >= EXIT_POLL_S
+        if deaths:
+            self._exits_seen = now
         for rank in self.ranks:
             if rank in out.reports or rank in out.dead:
                 continue
             report = self._reports[rank].take(tag)
             if report is not None:
                 out.reports[rank] = report
+                continue
+            if not deaths:
                 continue
             code = read_exit(self.job_dir, rank)
             if code is None and gone:
@@ -379,6 +389,7 @@ class RankSet:
         except subprocess.TimeoutExpired:
             pass
         self._slot.close()
+        self.freezer.close()
         for pipe in self._pipes:
             try:
                 pipe.close()

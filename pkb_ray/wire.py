@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Union
 
@@ -321,8 +321,19 @@ _COMMANDS: dict[str, type[Command]] = {c.step: c for c in (ComputeReference, Run
 
 def as_dict(record: Record) -> dict[str, Any]:
     """The record as data ``json.dumps`` takes: nested records become dicts; a Side stays a ``str``
-    enum, which json writes as its value."""
-    return asdict(record)
+    enum, which json writes as its value. No deep copy (``dataclasses.asdict`` makes one): every
+    region sends a command and gets a report, and their layouts are long lists."""
+    return _plain(record)
+
+
+def _plain(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 def encode_command(cmd: Command) -> bytes:
