@@ -212,14 +212,10 @@ _DTYPE_CODE = {d: i for i, d in enumerate(LAYOUT_DTYPES)}
 
 
 def layout(value: Any) -> list[list[int]]:
-    """The layout entry of each tensor of ``value``, in order."""
-    out = []
-    for t in _tensors(value):
-        entry = [t.data_ptr(), t.numel(), _DTYPE_CODE.get(t.dtype, -1)]
-        if not t.is_contiguous():
-            entry += [t.dim(), *t.shape, *t.stride()]
-        out.append(entry)
-    return out
+    """The layout entry of each tensor of ``value``, in order: [address, elements, dtype code,
+    dimensions, *shape, *strides]."""
+    return [[t.data_ptr(), t.numel(), _DTYPE_CODE.get(t.dtype, -1), t.dim(), *t.shape, *t.stride()]
+            for t in _tensors(value)]
 
 
 def cuda_pointers(value: Any) -> list[int]:
@@ -294,6 +290,34 @@ def from_layout(blob: torch.Tensor, entry: list[int], like: torch.Tensor) -> tor
     if list(shape) != list(like.shape):
         return f"shape {tuple(shape)}, expected {tuple(like.shape)}"
     return flat.as_strided(shape, strides)
+
+
+def entry_tensor(blob: torch.Tensor, entry: list[int]) -> torch.Tensor | str:
+    """The tensor a layout entry's bytes hold, shaped as the entry says (the reference's own
+    layouts: trusted); a message when they cannot be."""
+    dtype = entry_dtype(entry)
+    if dtype is None:
+        return "a tensor of a dtype the evaluator does not read"
+    if blob.numel() != entry_span(entry)[1]:
+        return "the bytes read do not cover the tensor"
+    flat = blob.view(dtype) if blob.numel() else blob.new_empty(0).view(dtype)
+    if len(entry) == 3:
+        return flat
+    ndim = entry[3]
+    return flat.as_strided(entry[4:4 + ndim], entry[4 + ndim:4 + 2 * ndim])
+
+
+def compare_call(expected: Any, actual: Any, inputs_after: Any, actual_inputs: Any, atol: float,
+                 rtol: float) -> Mismatch | None:
+    """A call judged against the reference's on the same inputs: the first mismatch of the outputs
+    (within the tolerance), then of the inputs as the call left them (bit for bit), or None."""
+    bad = compare(expected, actual, atol, rtol, "output")
+    if bad is None:
+        bad = compare(inputs_after, actual_inputs, 0.0, 0.0, "input")
+        if bad is not None:
+            bad = Mismatch(bad.where, "changed by the call (the reference leaves it as it was): " + bad.message,
+                           bad.max_abs_error)
+    return bad
 
 
 def rebuild(expected: Any, blobs: list[torch.Tensor], entries: list[list[int]]) -> tuple[Any, str]:

@@ -45,11 +45,7 @@ def descendants(root: int) -> list[int]:
     while todo:
         pid = todo.pop()
         for task in tasks(pid):
-            try:
-                with open(f"/proc/{pid}/task/{task}/children") as f:
-                    kids = [int(k) for k in f.read().split()]
-            except OSError:
-                continue
+            kids = [int(k) for k in _read(f"/proc/{pid}/task/{task}/children").split()]
             found += kids
             todo += kids
     return found
@@ -80,11 +76,18 @@ def _walk(root: int) -> list[int]:
 
 
 def _read(path: str | Path) -> str:
+    """A small /proc file's text ('' when it is gone): plain system calls, no file object (a
+    freeze reads a few per task, and every region ends with one)."""
     try:
-        with open(path) as f:
-            return f.read()
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return ""
+    try:
+        return os.read(fd, 4096).decode(errors="replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 def _parent(pid: int) -> int | None:
@@ -146,17 +149,19 @@ class Freezer:
             return True
         self._stop([*self._known] or descendants(self.root))
         while True:
-            # a signalled thread stops only once it is scheduled: on a busy machine, looking again
-            # at once would take the CPU it needs; each process's first thread, then every task
-            if self._leaders_stopped() and self._all_stopped():
-                found = [p for p in descendants(self.root) if p not in self._known]
-                if not found:
-                    self._cpu = self._cpu_times()
-                    return True
-                self._stop(found)
+            # a signalled thread stops only once it is scheduled: on a busy machine, looking at
+            # once would take the CPU it needs
+            time.sleep(STOP_POLL_S)
+            if self._leaders_stopped():
+                cpu = self._all_stopped()
+                if cpu is not None:
+                    found = [p for p in descendants(self.root) if p not in self._known]
+                    if not found:
+                        self._cpu = cpu
+                        return True
+                    self._stop(found)
             if time.monotonic() > deadline:
                 return False
-            time.sleep(STOP_POLL_S)
 
     def _stop(self, pids: list[int]) -> None:
         for pid in pids:
@@ -182,17 +187,20 @@ class Freezer:
         """Whether the first thread of every known process shows stopped (or gone): one read a process."""
         return all(task_state(pid, str(pid)) in STOPPED_STATES | {""} for pid in self._known)
 
-    def _all_stopped(self) -> bool:
-        """One pass over every task of every known process: True when each is stopped or gone.
-        What still runs is signalled again (it may have been resumed since)."""
-        still = {pid for pid in self._known for tid in tasks(pid)
-                 if task_state(pid, tid) not in STOPPED_STATES | {""}}
+    def _all_stopped(self) -> dict[tuple[int, str], int] | None:
+        """One pass over every task of every known process: each task's CPU time when each is
+        stopped or gone, else None, and what still runs is signalled again (it may have been
+        resumed since). A time is read just after its task was seen stopped: a task resumed
+        later in the pass gains CPU time after it, which :meth:`ran_while_frozen` finds."""
+        cpu, still = {}, set()
+        for pid in self._known:
+            for tid in tasks(pid):
+                if task_state(pid, tid) not in STOPPED_STATES | {""}:
+                    still.add(pid)
+                elif (ns := cpu_ns(pid, tid)) is not None:
+                    cpu[(pid, tid)] = ns
         self._stop(list(still))
-        return not still
-
-    def _cpu_times(self) -> dict[tuple[int, str], int]:
-        return {(pid, tid): ns for pid in self._known for tid in tasks(pid)
-                if (ns := cpu_ns(pid, tid)) is not None}
+        return None if still else cpu
 
     def ran_while_frozen(self) -> str:
         """Why some task of the set ran since the freeze was proven ("" when none did): call it

@@ -81,8 +81,7 @@ def write_capture(path: Path, read: Callable[[list[list[int]]], list[bytes]], ou
     handle]) is left for the clean rank on that device to read (``remote``), which it does before
     the rank is resumed. Or why the bytes could not be read. True when something was left so."""
     entries = [*outputs, *inputs]
-    table = sorted((int(base), int(size)) for base, (size, _) in (allocations or {}).items())
-    remote = [i for i, e in enumerate(entries) if _inside(entry_span(e), table)]
+    remote = in_device_memory(entries, allocations)
     try:
         blobs = read([e for i, e in enumerate(entries) if i not in remote]) if len(remote) < len(entries) else []
     except Unreadable as exc:
@@ -97,6 +96,13 @@ def write_capture(path: Path, read: Callable[[list[list[int]]], list[bytes]], ou
     tensor_io.write(path, {"layout": [outputs, inputs], "outputs": raw[:len(outputs)], "inputs": raw[len(outputs):],
                            "remote": remote, "allocations": used, "error": ""})
     return bool(remote)
+
+
+def in_device_memory(entries: list[list[int]], allocations: dict[str, list] | None) -> list[int]:
+    """Which ``entries`` lie in one of a rank's exported device ``allocations`` (base -> [size,
+    IPC handle]): only the clean rank on that device can read those."""
+    table = sorted((int(base), int(size)) for base, (size, _) in (allocations or {}).items())
+    return [i for i, e in enumerate(entries) if _inside(entry_span(e), table)] if table else []
 
 
 def _inside(span: tuple[int, int], table: list[tuple[int, int]]) -> bool:

@@ -35,9 +35,10 @@ from pkb_ray.names import Side
 from pkb_ray.timing import calls_per_round, round_order
 from pkb_ray.verdict import Region
 from pkb_ray.correctness import layout_aliases
-from pkb_ray.memory import write_capture
+from pkb_ray.memory import Unreadable, in_device_memory, write_capture
+from pkb_ray.round_checks import check_call
 from pkb_ray.runner.protocol import tensor_file
-from pkb_ray.wire import Answer, Capture, Case, CheckTimed, Command, Finding, Pick, TimeRegion, Tol, Watch
+from pkb_ray.wire import Answer, Capture, Case, CheckTimed, Command, Finding, Pick, Step, TimeRegion, Tol, Watch
 
 REGION_POLL_S = 0.0002  # the parent's bracket is as fine as its look at the reports
 # A graph replay's region holds at most this many times the eager region's calls. More calls share
@@ -100,7 +101,7 @@ class RoundDriver:
         self._bracket_us = 0.0  # of the last step: from resuming its set to seeing it stopped again
         self._arrived_us = {}  # of the last step: rank -> from resuming its set to its report
         self._stopped: dict[int, bool] = {}  # id(rank set) -> seen stopped since its last step
-        self._pending: list[Pick] = []  # picks read, not yet compared by the clean set
+        self._pending: list[Pick] = []  # the round's picks the parent compares at its end
         self.rng = secrets.SystemRandom()
         self.timing = Timing()
 
@@ -186,64 +187,75 @@ class RoundDriver:
         return True
 
     def _rounds(self, mode: str, k: int) -> bool:
-        """The timed rounds of one mode, interleaved; False when a step failed. After each of the
-        candidate's regions (its processes stopped) the parent decides which of its calls to check
-        (each with probability ``checked_calls`` / all the mode's calls, independently) and reads
-        their outputs and inputs from the ranks' memory itself (:meth:`_check_calls`)."""
+        """The timed rounds of one mode, interleaved; False when a step failed. Both sides' regions
+        of a round get the same nonce (the same inputs, call for call). After the candidate's
+        region (its processes stopped) the parent decides which of its calls to check (each with
+        probability ``checked_calls`` / all the mode's calls, independently); when the round ends
+        it compares them with the reference's same calls (:meth:`_check_round`)."""
         cfg = self.cfg
         chance = min(1.0, cfg.checked_calls / max(1, cfg.rounds * k))
         for i in range(cfg.rounds):
+            nonce, regions = self.rng.getrandbits(56), {}
             for side in round_order(i):
-                region = self._region(side, k, f"{mode} round {i}", timed=True, mode=mode)
+                region = regions[side] = self._region(side, k, f"{mode} round {i}", timed=True, mode=mode, nonce=nonce)
                 if region is None:
                     return False
                 self.timing.regions.append(region)
                 if side is Side.CAND:
-                    self._check_calls(region, i, chance)
-        self._compare(f"checking the {mode} rounds' calls")
+                    self._check_remote(region, i, chance)
+            self._check_round(regions[Side.REF], regions[Side.CAND])
         return True
 
-    def _check_calls(self, region: Region, i: int, chance: float) -> None:
-        """The aliasing of every call (from where the ranks said their tensors lie) and, for each
-        call picked now, its outputs and inputs read as captures, which the clean set recomputes and
-        compares: at once (a step of its own, the candidate still stopped) when some of it lies in
-        the candidate's device memory, which only the clean rank can read; else with the mode's
-        last round. The ranks are stopped: nothing of theirs runs between the call and the read."""
-        remote = self._pick_calls(region, i, chance)
-        if remote:
-            self._compare(f"checking calls of {region.mode} round {i}")
-
-    def _compare(self, what: str) -> None:
-        """The clean set's recomputation and comparison of the picks not compared yet."""
-        picks, self._pending = self._pending, []
-        if not picks:
-            return
-        cmd = CheckTimed(case=self.case, picks=picks, base_seeds=self.base_seeds, actual_dir=str(self.kept_dir),
-                         tolerance=self.tol, keys=self.keys)
-        outcome = self._step(Side.REF, cmd, what)
-        for rank, report in outcome.reports.items():
-            self.timing.checks.setdefault(rank, []).extend(report.checks)
-
-    def _pick_calls(self, region: Region, i: int, chance: float) -> bool:
-        """Which calls of the region to check (each with probability ``chance``, independently),
-        their captures written (True when some tensor was left for the clean rank to read); and
-        what shares memory, from the layouts."""
+    def _check_remote(self, region: Region, i: int, chance: float) -> None:
+        """What shares memory (from where the ranks said their tensors lie); which calls of the
+        region to check; and those of them with a tensor in the candidate's device memory, which
+        only the clean rank on that device can read, read and compared by the clean set at once
+        (a step of its own, the candidate still stopped): it recomputes the reference there. The
+        other picks wait for the round's end (:meth:`_check_round`)."""
         region.aliases = {rank: sorted({a for call in layout_aliases([pair(c) for c in rep.calls]) for a in call})
                           for rank, rep in region.reports.items()}
-        remote = False
+        remote = []
         for index in range(region.k):
             if self.rng.random() >= chance:
                 continue
             pick = Pick(id=len(self.timing.picks), side=Side.CAND, region=i, index=index, mode=region.mode,
                         nonce=region.nonce)
             self.timing.picks[pick.id] = pick
-            self._pending.append(pick)
-            for rank, rep in region.reports.items():
-                outputs, inputs = pair(rep.calls[index] if index < len(rep.calls) else None)
-                remote |= write_capture(tensor_file(self.kept_dir, pick.id, rank),
-                                        lambda entries, r=rank: self.ranks.read_tensors(r, entries), outputs, inputs,
-                                        self.allocations.get(rank))
-        return remote
+            calls = {rank: pair(rep.calls[index] if index < len(rep.calls) else None)
+                     for rank, rep in region.reports.items()}
+            if not any(in_device_memory([*outs, *ins], self.allocations.get(rank))
+                       for rank, (outs, ins) in calls.items()):
+                self._pending.append(pick)
+                continue
+            remote.append(pick)
+            for rank, (outputs, inputs) in calls.items():
+                write_capture(tensor_file(self.kept_dir, pick.id, rank),
+                              lambda entries, r=rank: self.ranks.read_tensors(r, entries), outputs, inputs,
+                              self.allocations.get(rank))
+        if remote:
+            cmd = CheckTimed(case=self.case, picks=remote, base_seeds=self.base_seeds, actual_dir=str(self.kept_dir),
+                             tolerance=self.tol, keys=self.keys)
+            outcome = self._step(Side.REF, cmd, f"checking calls of {region.mode} round {i}")
+            for rank, report in outcome.reports.items():
+                self.timing.checks.setdefault(rank, []).extend(report.checks)
+
+    def _check_round(self, reference: Region, candidate: Region) -> None:
+        """The round's picks left for its end, compared by the parent with the reference's same
+        calls, both read from the ranks' memory (:mod:`pkb_ray.round_checks`): neither set has
+        run since its region, and both are stopped."""
+        picks, self._pending = self._pending, []
+        for pick in picks:
+            for rank, rep in candidate.reports.items():
+                ref = reference.reports[rank]
+                try:
+                    found = check_call(pick.id, pair(ref.calls[pick.index]),
+                                       lambda entries, r=rank: self.clean.read_tensors(r, entries),
+                                       pair(rep.calls[pick.index] if pick.index < len(rep.calls) else None),
+                                       lambda entries, r=rank: self.ranks.read_tensors(r, entries), self.tol)
+                except Unreadable as exc:  # the clean set's memory, where it said: the evaluator's fault
+                    raise CleanSetFailed(f"reading the reference's call {pick.index} of round {pick.region}: {exc}",
+                                         StepOutcome(Step.REGION)) from None
+                self.timing.checks.setdefault(rank, []).append(found)
 
     def _step(self, side: Side, cmd: Command, what: str) -> StepOutcome | None:
         """One step on the set that runs ``side``, the other set stopped meanwhile: a candidate's
@@ -324,8 +336,9 @@ class RoundDriver:
         self.timing.what = what
         return None
 
-    def _region(self, side: Side, k: int, what: str, timed: bool, mode: str = TimingMode.EAGER) -> Region | None:
-        nonce = self.rng.getrandbits(56)
+    def _region(self, side: Side, k: int, what: str, timed: bool, mode: str = TimingMode.EAGER,
+                nonce: int | None = None) -> Region | None:
+        nonce = self.rng.getrandbits(56) if nonce is None else nonce
         cmd = TimeRegion(case=self.case, side=side, k=k, nonce=nonce, what=what, base_seeds=self.base_seeds,
                          hold=timed, graph=mode == TimingMode.GRAPH, keys=self.keys)
         outcome = self._step(side, cmd, f"{what} ({side.value})")

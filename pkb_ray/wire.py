@@ -132,6 +132,13 @@ class Finding(Record):
     kind: Literal["", "value", "unreadable", "unshareable"] = ""
     second: bool | None = None  # the first trial, by the second rule (pkb_ray.formats.second_verdict)
 
+    @classmethod
+    def of(cls, id_: int, where: str = "", message: str = "", max_abs_error: float | None = None,
+           kind: str = "value", second: bool | None = None) -> "Finding":
+        """A comparison's finding: ok without a ``message``; else of ``kind``."""
+        return cls(id=id_, ok=not message, where=where, message=message, max_abs_error=max_abs_error,
+                   kind=kind if message else "", second=second)
+
 
 @record
 class ChecksReport(Report):

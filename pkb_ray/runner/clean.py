@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from pkb_ray import formats
-from pkb_ray.correctness import aliases, compare, copy_tree, entry_span, output_devices, rebuild, structure
+from pkb_ray.correctness import aliases, compare_call, copy_tree, entry_span, output_devices, rebuild, structure
 from pkb_ray.runner import tensor_io
 from pkb_ray.runner.protocol import Side, StepFailed, tensor_file
 from pkb_ray.runner.resident import BUDGET_BYTES, Resident, nbytes
@@ -87,13 +87,13 @@ class CleanSession(RankSession):
             outputs, inputs, why, kind = read_capture(path, expected["outputs"], expected["inputs_after"], self.device,
                                                       self._fetch)
             if why:
-                found.append(_finding(seed, "output", why, kind=kind))
+                found.append(Finding.of(seed, "output", why, kind=kind))
                 continue
             rule = formats.second_verdict() if seed == cmd.seeds[0] else None
             second = rule.agrees(expected["outputs"], outputs) if rule else None
-            bad = _compared(expected["outputs"], outputs, expected["inputs_after"], inputs, tol)
-            found.append(_finding(seed, bad.where, bad.message, bad.max_abs_error, second=second) if bad
-                         else _finding(seed, second=second))
+            bad = compare_call(expected["outputs"], outputs, expected["inputs_after"], inputs, tol.atol, tol.rtol)
+            found.append(Finding.of(seed, bad.where, bad.message, bad.max_abs_error, second=second) if bad
+                         else Finding.of(seed, second=second))
         return ChecksReport(checks=found)
 
     def check_timed(self, cmd: CheckTimed) -> ChecksReport:
@@ -111,10 +111,10 @@ class CleanSession(RankSession):
             expected, inputs = canonical(expected), canonical(inputs)  # as the candidate's layouts have them
             outputs, inputs_after, why, kind = read_capture(path, expected, inputs, self.device, self._fetch)
             if why:
-                found.append(_finding(pick.id, "output", why, kind=kind))
+                found.append(Finding.of(pick.id, "output", why, kind=kind))
                 continue
-            bad = _compared(expected, outputs, inputs, inputs_after, tol)
-            found.append(_finding(pick.id, bad.where, bad.message, bad.max_abs_error) if bad else _finding(pick.id))
+            bad = compare_call(expected, outputs, inputs, inputs_after, tol.atol, tol.rtol)
+            found.append(Finding.of(pick.id, bad.where, bad.message, bad.max_abs_error) if bad else Finding.of(pick.id))
         return ChecksReport(checks=found)
 
     def _expected(self, directory: Path, seed: int, sha256: dict[str, str]) -> dict[str, Any]:
@@ -132,12 +132,6 @@ class CleanSession(RankSession):
                                  f"verified ({exc})") from None
             self.resident.put(digest, value)
         return value
-
-
-def _finding(id_: int, where: str = "", message: str = "", max_abs_error: float | None = None,
-             kind: str = "value", second: bool | None = None) -> Finding:
-    return Finding(id=id_, ok=not message, where=where, message=message, max_abs_error=max_abs_error,
-                   kind=kind if message else "", second=second)
 
 
 
@@ -176,13 +170,3 @@ def read_capture(path: Path, outputs: Any, inputs: Any, device: torch.device,
     if why:
         return None, None, f"inputs: {why}", "value"
     return got_out, got_in, "", ""
-
-
-def _compared(expected: Any, actual: Any, inputs_after: Any, actual_inputs: Any, tol: Any):
-    """The first mismatch of the outputs, then of the inputs (bit for bit), or None."""
-    bad = compare(expected, actual, tol.atol, tol.rtol, "output")
-    if bad is None:
-        bad = compare(inputs_after, actual_inputs, 0.0, 0.0, "input")
-        if bad is not None:
-            bad = type(bad)(bad.where, "changed by the call (the reference leaves it as it was): " + bad.message)
-    return bad

@@ -18,7 +18,7 @@ LAYERS = {  # 7 = the command, 6 = entry points ... 1 = pure data and rules
     2: ["runner", "runner.extensions", "runner.launch", "runner.protocol", "runner.rank", "runner.resident",
         "runner.session", "runner.clean", "runner.candidate", "runner.watch", "runner.graphs", "runner.loading",
         "runner.tensor_io", "runner.trace", "runner.zygote", "runner.namespaces", "runner.cuda_ipc", "cuda", "sandbox", "allowlist", "reaper", "freezer",
-        "memory"],
+        "memory", "round_checks"],
     1: ["problem", "schema", "metrics", "intervals", "timing", "correctness", "config", "placement", "results", "samples",
         "selection", "verdict", "wire", "paths", "names", "scheduler", "interference", "deadlines", "formats",
         "backend_rules", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.format",
