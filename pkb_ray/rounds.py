@@ -8,15 +8,18 @@ the other set stays stopped throughout. While the reference runs, nothing the ca
 registered or started can run or touch it; before the candidate's next step the parent checks that
 none of its processes gained CPU time while stopped (else it escaped the freezer).
 
-For every region the parent draws a fresh nonce (the calls' inputs), sends the command with the
-sample's input keys (each rank gets its own: :mod:`pkb_ray.keys`), and times it with its own clock
-from resuming the set to seeing it stopped: the region's time, whatever the ranks report. After
-each of the candidate's regions, its set stopped, the parent decides which calls to check (each
-with probability ``checked_calls`` / the mode's calls, independently, never sent to the ranks) and
-reads their outputs and inputs from the ranks' memory itself (:mod:`pkb_ray.memory`), as captures
-that the clean set recomputes and compares in a step of its own, the candidate still stopped; from
-where the ranks said their tensors lie it also judges what shares memory. Every wait ends by the sample's :class:`~pkb_ray.deadlines.Deadline` (the clean
-set's by it plus the margin).
+For every round the parent draws a fresh nonce (the calls' inputs: both sides' regions of the
+round get it, so call n of each ran on the same inputs), sends the command with the sample's input
+keys (each rank gets its own: :mod:`pkb_ray.keys`), and times each region with its own clock from
+resuming the set to seeing it stopped: the region's time, whatever the ranks report. After each
+of the candidate's regions, its set stopped, the parent decides which calls to check (each with
+probability ``checked_calls`` / the mode's calls, independently, never sent to the ranks); when
+the round ends it reads those calls' outputs and inputs from both sets' memory itself
+(:mod:`pkb_ray.memory`) and compares the candidate's with the reference's
+(:mod:`pkb_ray.round_checks`). A call with a tensor in the candidate's device memory is read,
+recomputed and compared by the clean rank on that device at once, the candidate still stopped. From
+where the ranks said their tensors lie the parent also judges what shares memory. Every wait ends
+by the sample's :class:`~pkb_ray.deadlines.Deadline` (the clean set's by it plus the margin).
 """
 
 from __future__ import annotations

@@ -11,9 +11,10 @@ region (:mod:`pkb_ray.rounds`), and times it with its own clock:
    ``max_round_calls``. The candidate's own speed never sets ``k`` (it could slow a calibration).
 2. ``rounds`` regions per side, in the order A B B A A B ... (each side goes first equally often,
    so neither inherits the other's warm caches more).
-3. Every call of every region gets inputs no call has seen before: the parent sends a fresh random
-   nonce with each region, and call n gets a copy of base input set n mod ``timing_sets`` (drawn
-   once per sample by ``make_inputs`` from the rank's own key, :mod:`pkb_ray.keys`) with every
+3. Every call of every round gets inputs no call of the side has seen before: the parent sends a
+   fresh random nonce with each round (both sides' regions of it), and call n gets a copy of base
+   input set n mod ``timing_sets`` (drawn once per sample by ``make_inputs`` from the rank's own
+   key, :mod:`pkb_ray.keys`) with every
    floating-point element moved by a pseudo-random factor in [1 - 1/16, 1 + 1/16] keyed on
    (nonce, n) and on the element's own value (:func:`fresh_inputs`). Keyed on the value, equal
    elements stay equal (ties, and tensors that are the same on every rank), zeros stay zeros and
@@ -38,8 +39,9 @@ region (:mod:`pkb_ray.rounds`), and times it with its own clock:
    that is not NCCL) leaves both sides eager, with the reason.
 5. After each of the candidate's regions, its processes stopped, the parent decides for every call
    independently whether to check it (probability ``checked_calls`` / all the mode's calls), and
-   reads those calls' outputs and inputs from the ranks' memory itself; a clean rank set recomputes
-   the reference on the same inputs and compares (:mod:`pkb_ray.rounds`). A candidate that caches
+   reads those calls' outputs and inputs from the ranks' memory itself, and compares them with the
+   reference's same calls (both sides' regions of a round share its nonce); in device memory the
+   clean rank reads them and recomputes the reference (:mod:`pkb_ray.rounds`). A candidate that caches
    an answer, or returns garbage when it thinks no one looks, fails checks it cannot predict.
 6. Per side: the median over regions of time / ``k`` is its time (the whole set's, so its slowest
    rank's, since the bracket ends when the last rank's report came and the set stopped); per rank
