@@ -131,13 +131,14 @@ def poison_like(structure_: list[list], device: torch.device) -> list[torch.Tens
     return out
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
+def tensors(value: Any) -> list[torch.Tensor]:
+    """Every tensor of ``value``, in order (tuples, lists and dicts walked)."""
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _tensors(v)]
+        return [t for v in value for t in tensors(v)]
     if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
+        return [t for v in value.values() for t in tensors(v)]
     return []
 
 
@@ -161,7 +162,7 @@ def copy_tree(value: Any, device: str | torch.device | None = None) -> Any:
 
 def output_devices(value: Any) -> list[str]:
     """The device of each output tensor, in order (outputs must live where the inputs do)."""
-    return [str(t.device) for t in _tensors(value)]
+    return [str(t.device) for t in tensors(value)]
 
 
 def aliases(outputs: Any, inputs: Any, earlier: list[Any] = ()) -> list[str]:
@@ -181,7 +182,7 @@ def aliases(outputs: Any, inputs: Any, earlier: list[Any] = ()) -> list[str]:
 
 
 def _spans(value: Any) -> list[tuple[int, int]]:
-    return [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in _tensors(value)
+    return [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in tensors(value)
             if t.untyped_storage().nbytes() > 0]
 
 
@@ -192,7 +193,7 @@ def _overlaps(span: tuple[int, int], others: list[tuple[int, int]]) -> bool:
 
 def structure(value: Any) -> list[list]:
     """[shape, dtype] of each output tensor: what poisoning needs, without the values."""
-    return [[list(t.shape), str(t.dtype).removeprefix("torch.")] for t in _tensors(value)]
+    return [[list(t.shape), str(t.dtype).removeprefix("torch.")] for t in tensors(value)]
 
 
 # --- where a rank's tensors lie: what the trusted side reads them by ------------------------------
@@ -215,13 +216,13 @@ def layout(value: Any) -> list[list[int]]:
     """The layout entry of each tensor of ``value``, in order: [address, elements, dtype code,
     dimensions, *shape, *strides]."""
     return [[t.data_ptr(), t.numel(), _DTYPE_CODE.get(t.dtype, -1), t.dim(), *t.shape, *t.stride()]
-            for t in _tensors(value)]
+            for t in tensors(value)]
 
 
 def cuda_pointers(value: Any) -> list[int]:
     """The address of each CUDA tensor of ``value`` (whose allocations the rank exports for the
     clean rank to read: :mod:`pkb_ray.runner.cuda_ipc`)."""
-    return [t.data_ptr() for t in _tensors(value) if t.is_cuda]
+    return [t.data_ptr() for t in tensors(value) if t.is_cuda]
 
 
 def entry_dtype(entry: list[int]) -> torch.dtype | None:
@@ -241,6 +242,18 @@ def entry_span(entry: list[int]) -> tuple[int, int]:
     if len(shape) != ndim or len(strides) != ndim or any(s < 0 for s in strides):
         return ptr, 0
     return ptr, (1 + sum((n - 1) * s for n, s in zip(shape, strides))) * item
+
+
+def in_allocations(entries: list[list[int]], allocations: dict[str, list] | None) -> list[int]:
+    """Which layout ``entries`` lie wholly in one of a rank's exported device ``allocations`` (base
+    -> [size, IPC handle]): only a process on that device can read or write those."""
+    table = sorted((int(base), int(size)) for base, (size, _) in (allocations or {}).items())
+    found = []
+    for i, entry in enumerate(entries):
+        start, size = entry_span(entry)
+        if size > 0 and any(base <= start and start + size <= base + length for base, length in table):
+            found.append(i)
+    return found
 
 
 def layout_aliases(calls: list[tuple[list[list[int]], list[list[int]]]]) -> list[list[str]]:
@@ -324,7 +337,7 @@ def rebuild(expected: Any, blobs: list[torch.Tensor], entries: list[list[int]]) 
     """``expected`` (the reference's value) with each tensor replaced, in order, by the one the
     trusted side read (``blobs`` of uint8 at ``entries``); plain values are the reference's. A
     message instead when the read tensors do not fit it."""
-    want = _tensors(expected)
+    want = tensors(expected)
     if len(blobs) != len(want) or len(entries) != len(want):
         return None, f"{len(entries)} tensors, expected {len(want)}"
     made = []

@@ -340,6 +340,7 @@ class Harness:
         clock.lap(EvalPhase.TIMING)
         evidence.timing_failed = view(timing.failed, ranks) if timing.failed else None
         evidence.timing_what, evidence.watched, evidence.escaped = timing.what, timing.watched, timing.escaped
+        evidence.misplaced = timing.misplaced
         found = judge(evidence)
         if found:
             return {"verdict": found, "trials": trials, **second}

@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from pkb_ray.correctness import entry_span
+from pkb_ray.correctness import entry_span, in_allocations
 from pkb_ray.freezer import descendants
 from pkb_ray.runner import tensor_io
 
@@ -72,6 +72,28 @@ def read_entries(pid: int, entries: list[list[int]]) -> list[bytes]:
         os.close(fd)
 
 
+def write_entries(pid: int, entries: list[list[int]], blobs: list[bytes]) -> None:
+    """``blobs`` written into process ``pid``'s memory, each at its layout entry (of the same size):
+    the trusted side filling a rank's staged inputs while its set is stopped."""
+    try:
+        fd = os.open(f"/proc/{pid}/mem", os.O_WRONLY)
+    except OSError as exc:
+        raise Unreadable(f"cannot open the memory of process {pid}: {exc.strerror}") from None
+    try:
+        for entry, blob in zip(entries, blobs, strict=True):
+            start, size = entry_span(entry)
+            if size != len(blob):
+                raise Unreadable(f"{len(blob)} bytes for a tensor of {size} at {start:#x}")
+            if size and os.pwrite(fd, blob, start) != size:
+                raise Unreadable(f"{size} bytes at {start:#x}: not all written")
+    except OSError as exc:
+        if isinstance(exc, Unreadable):
+            raise
+        raise Unreadable(f"writing process {pid} at a reported address: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
 def write_capture(path: Path, read: Callable[[list[list[int]]], list[bytes]], outputs: list[list[int]],
                   inputs: list[list[int]], allocations: dict[str, list] | None = None) -> bool:
     """One call's outputs and inputs as the capture the clean rank compares
@@ -81,7 +103,7 @@ def write_capture(path: Path, read: Callable[[list[list[int]]], list[bytes]], ou
     handle]) is left for the clean rank on that device to read (``remote``), which it does before
     the rank is resumed. Or why the bytes could not be read. True when something was left so."""
     entries = [*outputs, *inputs]
-    remote = in_device_memory(entries, allocations)
+    remote = in_allocations(entries, allocations)
     try:
         blobs = read([e for i, e in enumerate(entries) if i not in remote]) if len(remote) < len(entries) else []
     except Unreadable as exc:
@@ -96,13 +118,6 @@ def write_capture(path: Path, read: Callable[[list[list[int]]], list[bytes]], ou
     tensor_io.write(path, {"layout": [outputs, inputs], "outputs": raw[:len(outputs)], "inputs": raw[len(outputs):],
                            "remote": remote, "allocations": used, "error": ""})
     return bool(remote)
-
-
-def in_device_memory(entries: list[list[int]], allocations: dict[str, list] | None) -> list[int]:
-    """Which ``entries`` lie in one of a rank's exported device ``allocations`` (base -> [size,
-    IPC handle]): only the clean rank on that device can read those."""
-    table = sorted((int(base), int(size)) for base, (size, _) in (allocations or {}).items())
-    return [i for i, e in enumerate(entries) if _inside(entry_span(e), table)] if table else []
 
 
 def _inside(span: tuple[int, int], table: list[tuple[int, int]]) -> bool:

@@ -32,7 +32,7 @@ import torch.distributed as dist
 from pkb_ray import allowlist, sandbox
 from pkb_ray.freezer import Freezer
 from pkb_ray.keys import for_rank
-from pkb_ray.memory import Unreadable, host_pids, read_entries
+from pkb_ray.memory import Unreadable, host_pids, read_entries, write_entries
 from pkb_ray.runner import protocol
 from pkb_ray.runner.launch import read_exit
 from pkb_ray.zygote import DESCRIBED as ZYGOTE_DESCRIBED
@@ -182,6 +182,9 @@ class Ranks(Protocol):
     def read_tensors(self, rank: int, entries: list[list[int]]) -> list[bytes]: ...
     # the bytes of a rank's CPU tensors at its layout entries, read by the trusted side (pkb_ray.memory)
 
+    def write_tensors(self, rank: int, entries: list[list[int]], blobs: list[bytes]) -> None: ...
+    # bytes written into a rank's CPU tensors at its layout entries, by the trusted side (staged inputs)
+
     def signal_kill(self) -> None: ...  # SIGKILL to every rank, without waiting
 
     def kill(self) -> None: ...  # kill and reap every rank
@@ -283,22 +286,32 @@ class RankSet:
         return self.wait(Step.READY, time.monotonic() + timeout_s, since=self.started_at, kind=Ready)
 
     def read_tensors(self, rank: int, entries: list[list[int]]) -> list[bytes]:
+        return read_entries(self._host_pid(rank), entries)
+
+    def write_tensors(self, rank: int, entries: list[list[int]], blobs: list[bytes]) -> None:
+        write_entries(self._host_pid(rank), entries, blobs)
+
+    def _host_pid(self, rank: int) -> int:
         if not self.host_pids:  # where each rank's process is on the host, from the pid its ready
             ready = self.wait_ready(0.0)  # report gave (kept: written before any candidate came)
             self.host_pids = host_pids(self.proc.pid, {r: rep.pid for r, rep in ready.reports.items()
                                                        if not isinstance(rep, Failure)})
         if rank not in self.host_pids:
             raise Unreadable(f"rank {rank}'s process was not found when it started")
-        return read_entries(self.host_pids[rank], entries)
+        return self.host_pids[rank]
 
     def send(self, cmd: Command) -> None:
         """``cmd`` down every rank's pipe; where it carries input keys, each rank's line holds its
-        own key and the shared one only (:mod:`pkb_ray.keys`)."""
+        own key and the shared one only (:mod:`pkb_ray.keys`), and of a ``peer`` its own rank's."""
         raw = as_dict(cmd)
+        peer = raw.get("peer") or {}
         line = (json.dumps(raw) + "\n").encode()
         for rank, pipe in zip(self.ranks, self._pipes):
-            if cmd.keys:
-                line = (json.dumps({**raw, "keys": for_rank(cmd.keys, rank)}) + "\n").encode()
+            if cmd.keys or peer:
+                mine = {**raw, "keys": for_rank(cmd.keys, rank)}
+                if peer:  # what of the candidate's set only this rank's counterpart staged (wire.Stage)
+                    mine["peer"] = {str(rank): peer[str(rank)]} if str(rank) in peer else {}
+                line = (json.dumps(mine) + "\n").encode()
             try:
                 pipe.write(line)
                 pipe.flush()

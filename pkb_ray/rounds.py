@@ -38,10 +38,13 @@ from pkb_ray.names import Side
 from pkb_ray.timing import calls_per_round, round_order
 from pkb_ray.verdict import Region
 from pkb_ray.correctness import layout_aliases
-from pkb_ray.memory import Unreadable, in_device_memory, write_capture
+from pkb_ray.correctness import in_allocations
+from pkb_ray.memory import Unreadable, write_capture
 from pkb_ray.round_checks import check_call
 from pkb_ray.runner.protocol import tensor_file
-from pkb_ray.wire import Answer, Capture, Case, CheckTimed, Command, Finding, Pick, Step, TimeRegion, Tol, Watch
+from pkb_ray.staging import Copies, misfit
+from pkb_ray.wire import (Answer, Capture, Case, CheckTimed, Command, Fill, Finding, Pick, Stage, Step, TimeRegion,
+                           Tol, Watch)
 
 REGION_POLL_S = 0.0002  # the parent's bracket is as fine as its look at the reports
 # A graph replay's region holds at most this many times the eager region's calls. More calls share
@@ -75,6 +78,7 @@ class Timing:
     k_graph: int = 0  # calls per graph replay (calibrated on replays)
     watched: dict[int, Answer] = field(default_factory=dict)  # the candidate's reports after the rounds
     escaped: str = ""  # how the candidate's processes ran while stopped (the freezer's proof)
+    misplaced: str = ""  # why the candidate's staged inputs could not be filled where it said they lie
     checks: dict[int, list[Finding]] = field(default_factory=dict)  # rank -> the clean set's findings on the picks
 
     def of(self, mode: str) -> list[Region]:
@@ -105,6 +109,8 @@ class RoundDriver:
         self._arrived_us = {}  # of the last step: rank -> from resuming its set to its report
         self._stopped: dict[int, bool] = {}  # id(rank set) -> seen stopped since its last step
         self._pending: list[Pick] = []  # the round's picks the parent compares at its end
+        self.clean_allocations: dict[int, dict[str, list]] = {}  # the clean ranks' exported device allocations
+        self._copies: dict[int, Copies] = {}  # rank -> its staged tensors in host memory, on both sides
         self.rng = secrets.SystemRandom()
         self.timing = Timing()
 
@@ -151,8 +157,13 @@ class RoundDriver:
                 cmd = Capture(case=self.case, side=Side.REF, k=k, nonce=self.rng.getrandbits(55),
                               base_seeds=self.base_seeds)
                 self._step(Side.REF, cmd, "capturing the reference alone")
-            return [self._region(Side.REF, k, f"quiet {mode} round {i}", timed=True, mode=mode)
-                    for i in range(self.cfg.rounds)]
+            self._stage(mode, k)
+            regions = []
+            for i in range(self.cfg.rounds):
+                nonce = self.rng.getrandbits(56)
+                self._fill(mode, k, nonce, f"quiet {mode} round {i}")
+                regions.append(self._region(Side.REF, k, f"quiet {mode} round {i}", timed=True, mode=mode, nonce=nonce))
+            return regions
         finally:
             self.resume_all()
 
@@ -197,8 +208,12 @@ class RoundDriver:
         it compares them with the reference's same calls (:meth:`_check_round`)."""
         cfg = self.cfg
         chance = min(1.0, cfg.checked_calls / max(1, cfg.rounds * k))
+        if not self._stage(mode, k):
+            return False
         for i in range(cfg.rounds):
             nonce, regions = self.rng.getrandbits(56), {}
+            if not self._fill(mode, k, nonce, f"{mode} round {i}"):
+                return False
             for side in round_order(i):
                 region = regions[side] = self._region(side, k, f"{mode} round {i}", timed=True, mode=mode, nonce=nonce)
                 if region is None:
@@ -207,6 +222,57 @@ class RoundDriver:
                 if side is Side.CAND:
                     self._check_remote(region, i, chance)
             self._check_round(regions[Side.REF], regions[Side.CAND])
+        return True
+
+    def _stage(self, mode: str, k: int) -> bool:
+        """Both sides' staged inputs for the mode's k timed calls (:mod:`pkb_ray.staging`): the
+        candidate's first, then the clean set's, each clean rank told where its counterpart's lie.
+        A candidate's that do not fit the reference's are tampering (``timing.misplaced``)."""
+        graph, peer, staged = mode == TimingMode.GRAPH, {}, {}
+        if self.ranks is not None:
+            cmd = Stage(case=self.case, side=Side.CAND, k=k, base_seeds=self.base_seeds, graph=graph, keys=self.keys)
+            outcome = self._step(Side.CAND, cmd, f"staging the candidate's {mode} inputs")
+            if outcome is None:
+                return False
+            for rank, rep in outcome.reports.items():
+                self.allocations.setdefault(rank, {}).update(rep.handles)
+                staged[rank] = rep.inputs
+                peer[str(rank)] = {"inputs": rep.inputs, "allocations": self.allocations[rank]}
+        cmd = Stage(case=self.case, side=Side.REF, k=k, base_seeds=self.base_seeds, graph=graph, keys=self.keys,
+                    peer=peer)
+        outcome = self._step(Side.REF, cmd, f"staging the reference's {mode} inputs")
+        self._copies = {}
+        for rank, rep in outcome.reports.items():
+            self.clean_allocations.setdefault(rank, {}).update(rep.handles)
+            if rank not in staged:
+                continue
+            why = misfit(rep.inputs, self.clean_allocations[rank], staged[rank], self.allocations.get(rank))
+            if why:
+                self.timing.misplaced, self.timing.what = f"rank {rank}: {why}", f"staging the {mode} inputs"
+                return False
+            self._copies[rank] = Copies.of(rep.inputs, self.clean_allocations[rank], staged[rank])
+        return True
+
+    def _fill(self, mode: str, k: int, nonce: int, what: str) -> bool:
+        """The round's fresh inputs in both sides' staged buffers, the candidate stopped: the clean
+        set makes them and writes its own (and the candidate's in device memory); the parent copies
+        the rest from the clean ranks' memory into the candidate's."""
+        candidate = self.ranks is not None
+        cmd = Fill(case=self.case, k=k, nonce=nonce, base_seeds=self.base_seeds, graph=mode == TimingMode.GRAPH,
+                   candidate=candidate, keys=self.keys)
+        self._step(Side.REF, cmd, f"filling the inputs of {what}")
+        for rank, copies in (self._copies.items() if candidate else ()):
+            if not copies.candidate:
+                continue
+            try:
+                blobs = self.clean.read_tensors(rank, copies.reference)
+            except Unreadable as exc:
+                raise CleanSetFailed(f"reading the staged inputs of {what}: {exc}", StepOutcome(Step.FILL)) from None
+            try:
+                self.ranks.write_tensors(rank, copies.candidate, blobs)
+            except Unreadable as exc:  # it said its buffers lie where nothing of its size does
+                self.timing.misplaced, self.timing.what = f"rank {rank}: {exc}", f"filling the inputs of {what}"
+                return False
         return True
 
     def _check_remote(self, region: Region, i: int, chance: float) -> None:
@@ -226,7 +292,7 @@ class RoundDriver:
             self.timing.picks[pick.id] = pick
             calls = {rank: pair(rep.calls[index] if index < len(rep.calls) else None)
                      for rank, rep in region.reports.items()}
-            if not any(in_device_memory([*outs, *ins], self.allocations.get(rank))
+            if not any(in_allocations([*outs, *ins], self.allocations.get(rank))
                        for rank, (outs, ins) in calls.items()):
                 self._pending.append(pick)
                 continue
@@ -341,15 +407,16 @@ class RoundDriver:
 
     def _region(self, side: Side, k: int, what: str, timed: bool, mode: str = TimingMode.EAGER,
                 nonce: int | None = None) -> Region | None:
+        staged = nonce is not None  # a timed round's: on the inputs the trusted side wrote (no nonce sent)
         nonce = self.rng.getrandbits(56) if nonce is None else nonce
-        cmd = TimeRegion(case=self.case, side=side, k=k, nonce=nonce, what=what, base_seeds=self.base_seeds,
-                         hold=timed, graph=mode == TimingMode.GRAPH, keys=self.keys)
+        cmd = TimeRegion(case=self.case, side=side, k=k, nonce=0 if staged else nonce, what=what,
+                         base_seeds=self.base_seeds, hold=timed, graph=mode == TimingMode.GRAPH, keys=self.keys,
+                         staged=staged)
         outcome = self._step(side, cmd, f"{what} ({side.value})")
         if outcome is None:
             return None
-        if side is Side.CAND:
-            for rank, rep in outcome.reports.items():
-                self.allocations.setdefault(rank, {}).update(rep.handles)
+        for rank, rep in outcome.reports.items():
+            (self.allocations if side is Side.CAND else self.clean_allocations).setdefault(rank, {}).update(rep.handles)
         return Region(side=side, k=k, bracket_us=self._bracket_us, reports=outcome.reports, nonce=nonce,
                       mode=mode, arrived_us=self._arrived_us)
 

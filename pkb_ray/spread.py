@@ -112,6 +112,17 @@ class RankHost:
         except Unreadable as exc:
             return str(exc)
 
+    def write_tensors(self, set_id: str, rank: int, entries: list[list[int]], blobs: list[bytes]) -> str:
+        """Bytes written into a rank's tensors here: "" or why they could not be."""
+        ranks = self.sets.get(set_id)
+        if ranks is None:
+            return "the rank set is gone"
+        try:
+            ranks.write_tensors(rank, entries, blobs)
+            return ""
+        except Unreadable as exc:
+            return str(exc)
+
     def signal_kill(self, set_id: str) -> None:
         ranks = self.sets.get(set_id)
         if ranks:
@@ -298,6 +309,18 @@ class SpreadRankSet:
         if isinstance(found, str):
             raise Unreadable(found)
         return found
+
+    def write_tensors(self, rank: int, entries: list[list[int]], blobs: list[bytes]) -> None:
+        """Bytes written into a rank's tensors, on its own node."""
+        if rank in self.local.ranks:
+            return self.local.write_tensors(rank, entries, blobs)
+        remote = next(r for r in self.remotes if rank in r.ranks)
+        try:
+            why = ray.get(remote.host.write_tensors.remote(remote.set_id, rank, entries, blobs), timeout=60)
+        except Exception as exc:  # noqa: BLE001 - a host that does not answer writes nothing
+            raise Unreadable(f"rank {rank}'s node did not answer: {exc}") from None
+        if why:
+            raise Unreadable(why)
 
     def ran_while_frozen(self) -> str:
         """Why some process of the set ran while stopped, on any node ("" when none did)."""

@@ -19,7 +19,8 @@ stage has not run yet does not apply):
 4. A timing step failed (as in 1), or the candidate's process reported replacements then or after
    the rounds: its status, or tampering.
    A process of the candidate's set that ran while the set was stopped (the freezer's proof, by
-   CPU time) escaped it: tampering.
+   CPU time) escaped it: tampering. Staged inputs that do not fit the reference's, or lie where
+   the trusted side cannot write them (:mod:`pkb_ray.staging`): tampering.
 5. Timing: an output on another device, or one buffer returned by every call: wrong output. A
    picked timed output not handed over: tampering; one that differs from the clean reference:
    wrong output. (Times are the parent's: nothing a rank reports about its time is judged.)
@@ -94,6 +95,7 @@ class Evidence:
     picks: dict[int, Pick] = field(default_factory=dict)
     timed_checks: dict[int, ChecksReport] | None = None  # the clean set's comparisons of the picked calls
     escaped: str = ""  # how the candidate's processes ran while stopped (the freezer's CPU-time proof)
+    misplaced: str = ""  # why its staged inputs could not be filled where it said they lie (pkb_ray.staging)
 
 
 def _trials_failed(e: Evidence) -> Verdict | None:
@@ -114,6 +116,9 @@ def _timing_failed(e: Evidence) -> Verdict | None:
     if e.escaped:
         return Verdict(Status.TAMPERING, f"during timing ({e.timing_what}): {e.escaped}: it escaped the freezer "
                                          "while the reference was timed")
+    if e.misplaced:
+        return Verdict(Status.TAMPERING, f"during timing ({e.timing_what}): {e.misplaced}: its timed calls' inputs "
+                                         "are not where its rank said they lie")
     if e.timing_failed is not None:
         return _step(e.timing_failed, f"during timing ({e.timing_what}): ") or tampering(e.timing_failed.reports)
     return tampering(e.watched)

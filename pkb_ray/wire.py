@@ -36,6 +36,8 @@ class Step:
     REGION = "region"  # one timed region of k back-to-back calls (see pkb_ray.rounds)
     WATCH = "watch"  # a candidate's set says what its watches found (after the rounds)
     CAPTURE = "capture"  # capture one side's k calls into a CUDA graph (graph timing mode)
+    STAGE = "stage"  # keep the input buffers of a mode's timed calls, and say where they lie
+    FILL = "fill"  # write a round's fresh inputs into both sides' staged buffers (clean ranks)
     CHECK_TRIALS = "check_trials"  # compare the candidate's trial outputs with the references (clean ranks)
     CHECK_TIMED = "check_timed"  # the same for the timed calls the parent picked and read
     EXIT = "exit"
@@ -107,6 +109,17 @@ class RegionReport(Report):
     def __post_init__(self) -> None:  # pydantic runs it too: a ValueError here is a ValidationError there
         if not (isinstance(self.us, (int, float)) and math.isfinite(self.us) and self.us >= 0):
             raise ValueError(f"us must be a finite time >= 0, not {self.us!r}")
+
+
+@record
+class StageReport(Report):
+    inputs: list[Layout]  # per timed call, where its staged inputs lie
+    handles: Allocations = field(default_factory=dict)  # the device allocations exported since the last report
+
+
+@record
+class FillReport(Report):
+    written: int  # tensors written into the candidate's device memory
 
 
 @record
@@ -269,6 +282,7 @@ class TimeRegion(Command):
     base_seeds: list[int]
     hold: bool  # keep the outputs and inputs until the next step (the trusted side reads them)
     graph: bool  # one replay of the captured graph instead of k eager calls
+    staged: bool = False  # on the staged buffers as the trusted side filled them (no nonce: none is sent)
 
 
 @record
@@ -280,6 +294,41 @@ class Capture(Command):
     k: int
     nonce: int
     base_seeds: list[int]
+
+
+@record
+class Stage(Command):
+    """Keep the input buffers of the mode's ``k`` timed calls (eager: copies of the base sets; graph:
+    those the captured graph reads) and say where they lie: the trusted side writes every round's
+    inputs into them while the set is stopped (:class:`Fill`), so no timed call's inputs are made,
+    or can be known, inside the candidate's process. To a clean set, ``peer`` says where the
+    candidate's rank of the same number staged its own (its ``StageReport``, as
+    ``{"inputs": ..., "allocations": ...}``): each rank's line carries its own peer only."""
+
+    answer = StageReport
+    step: Literal["stage"] = Step.STAGE
+    case: Case
+    side: Side
+    k: int
+    base_seeds: list[int]
+    graph: bool
+    peer: dict[str, Any] = field(default_factory=dict)
+
+
+@record
+class Fill(Command):
+    """A clean set's: make the round's fresh inputs (``nonce``, the rank's own key) and write them
+    into its own staged buffers and into the tensors of the candidate's staged buffers that lie in
+    its device memory (CUDA IPC); the parent copies the rest (CPU memory) itself."""
+
+    answer = FillReport
+    step: Literal["fill"] = Step.FILL
+    case: Case
+    k: int
+    nonce: int
+    base_seeds: list[int]
+    graph: bool
+    candidate: bool  # whether a candidate's buffers are to be written too (not for a quiet baseline)
 
 
 @record
@@ -323,7 +372,7 @@ class Exit(Command):
 
 
 _COMMANDS: dict[str, type[Command]] = {c.step: c for c in (ComputeReference, RunTrials, TimeRegion, Capture, Watch,
-                                                             CheckTrials, CheckTimed, Exit)}
+                                                             CheckTrials, CheckTimed, Stage, Fill, Exit)}
 
 
 def as_dict(record: Record) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from pkb_ray.runner.loading import candidate_traceback, load_candidate
 from pkb_ray.runner.protocol import Side, StepFailed
 from pkb_ray.runner.session import RankSession
 from pkb_ray.runner.watch import TorchWatch, behaviour, changed, watched
-from pkb_ray.wire import Capture, Command, Report, RunTrials, TimeRegion, TrialsReport, Watch, Watched, WatchReport
+from pkb_ray.wire import Capture, Command, Report, RunTrials, Stage, TimeRegion, TrialsReport, Watch, Watched, WatchReport
 
 
 class CandidateSession(RankSession):
@@ -38,7 +38,8 @@ class CandidateSession(RankSession):
         self._torch: TorchWatch | None = None  # torch's functions likewise
 
     def steps(self) -> dict[type[Command], Callable[[Any], Report]]:
-        return {RunTrials: self.trials, TimeRegion: self.region, Watch: self.watch, Capture: self.capture}
+        return {RunTrials: self.trials, TimeRegion: self.region, Watch: self.watch, Capture: self.capture,
+                Stage: self.stage}
 
     def timed_fn(self) -> Callable[..., Any]:
         if self.candidate is None:

@@ -15,15 +15,17 @@ from typing import Any, Callable
 import torch
 
 from pkb_ray import formats
-from pkb_ray.correctness import aliases, compare_call, copy_tree, entry_span, output_devices, rebuild, structure
+from pkb_ray.correctness import aliases, compare_call, copy_tree, entry_span, output_devices, rebuild, structure, tensors, in_allocations
+from pkb_ray.names import Status
+from pkb_ray.runner.graphs import copy_into
 from pkb_ray.runner import tensor_io
 from pkb_ray.runner.protocol import Side, StepFailed, tensor_file
 from pkb_ray.runner.resident import BUDGET_BYTES, Resident, nbytes
 from pkb_ray.runner.session import RankSession
 from pkb_ray.runner.tensor_io import TensorFileError, canonical
 from pkb_ray.runner.trace import traced_call
-from pkb_ray.wire import (Capture, CheckTimed, CheckTrials, ChecksReport, Command, ComputeReference, Finding,
-                          ReferenceReport, Report, TimeRegion)
+from pkb_ray.wire import (Capture, CheckTimed, CheckTrials, ChecksReport, Command, ComputeReference, Fill, Finding,
+                          FillReport, ReferenceReport, Report, Stage, StageReport, TimeRegion)
 
 
 class CleanSession(RankSession):
@@ -36,10 +38,11 @@ class CleanSession(RankSession):
         # verified reference outputs kept on the device between samples (by content hash)
         self.resident = Resident(BUDGET_BYTES.get(device.type, BUDGET_BYTES["cpu"]))
         self._importer = None  # opens a candidate's device allocations (CUDA IPC), on a GPU
+        self._peer: dict | None = None  # where the candidate's rank of this number staged its inputs
 
     def steps(self) -> dict[type[Command], Callable[[Any], Report]]:
         return {ComputeReference: self.reference, CheckTrials: self.check_trials, CheckTimed: self.check_timed,
-                TimeRegion: self.region, Capture: self.capture}
+                TimeRegion: self.region, Capture: self.capture, Stage: self.stage, Fill: self.fill}
 
     def timed_fn(self) -> Callable[..., Any]:
         return self.problem.solution
@@ -51,6 +54,46 @@ class CleanSession(RankSession):
             from pkb_ray.runner.cuda_ipc import Importer  # loads the CUDA driver: GPU ranks only
             self._importer = Importer(self.device)
         return self._importer.read(allocations, spans)
+
+    def stage(self, cmd: Stage) -> StageReport:
+        """Its own staged buffers (:meth:`RankSession.stage`), and where the candidate's rank of the
+        same number staged its own (``peer``: checked by the parent against these)."""
+        self._peer = cmd.peer.get(str(self.rank)) or None
+        return super().stage(cmd)
+
+    def fill(self, cmd: Fill) -> FillReport:
+        """The round's fresh inputs (its own key, the round's nonce: what :meth:`check_timed`
+        recomputes from) written into its own staged buffers, and into those of the candidate's that
+        lie in the candidate's device memory, through their IPC handles, the candidate stopped. The
+        parent copies the rest from these buffers (CPU memory) itself."""
+        if self._staged is None or len(self._staged) != cmd.k:
+            raise StepFailed(Status.RUNTIME_ERROR.value, f"fill: no inputs of {cmd.k} calls staged")
+        self._phase("fill")
+        copy_into(self._staged, self._call_inputs(cmd.base_seeds, cmd.nonce, list(range(cmd.k)), own=False))
+        written = 0
+        if cmd.candidate and self._peer and self.device.type == "cuda":
+            written = self._write_peer()
+        self._sync()
+        return FillReport(written=written)
+
+    def _write_peer(self) -> int:
+        """Its staged tensors copied into the candidate's where those lie in the candidate's exported
+        device allocations (the parent checked at staging that each has the same dtype and shape)."""
+        allocations = self._peer.get("allocations") or {}
+        entries = [e for call in self._peer.get("inputs") or [] for e in call]
+        mine = [t for args in self._staged for t in tensors(canonical(args))]
+        if len(entries) != len(mine):
+            raise StepFailed(Status.RUNTIME_ERROR.value, f"the candidate staged {len(entries)} input tensors, the reference {len(mine)}")
+        remote = set(in_allocations(entries, allocations))
+        pairs = [(entry_span(entries[i]), mine[i]) for i in sorted(remote)]
+        if any(not t.is_cuda or span[1] != t.numel() * t.element_size() for span, t in pairs):
+            raise StepFailed(Status.RUNTIME_ERROR.value, "the candidate's staged inputs do not fit the reference's")
+        if pairs:
+            if self._importer is None:
+                from pkb_ray.runner.cuda_ipc import Importer  # loads the CUDA driver: GPU ranks only
+                self._importer = Importer(self.device)
+            self._importer.write(allocations, [span for span, _ in pairs], [t.contiguous() for _, t in pairs])
+        return len(pairs)
 
     def reference(self, cmd: ComputeReference) -> ReferenceReport:
         if self._importer is not None:  # a new sample: the last one's allocations are gone

@@ -178,8 +178,22 @@ class Exporter:
         return new
 
 
+def _located(allocations: dict[int, tuple[int, str]], spans: list[tuple[int, int]]) -> list:
+    """Per span, ((base, size, handle), address, nbytes) of the allocation it lies wholly in (None
+    for an empty span); raises when one lies in none."""
+    table = sorted((int(base), int(size), handle) for base, (size, handle) in allocations.items())
+    bases = [base for base, _, _ in table]
+    found = []
+    for address, nbytes in spans:
+        i = bisect.bisect_right(bases, address) - 1
+        if nbytes < 0 or nbytes and (i < 0 or address + nbytes > table[i][0] + table[i][1]):
+            raise IpcReadError(f"span {address:#x}+{nbytes} is not wholly inside any allocation of the owner's")
+        found.append((table[i], address, nbytes) if nbytes else None)
+    return found
+
+
 class Importer:
-    """In the trusted process: opens handles and copies bytes out of another process's allocations."""
+    """In the trusted process: opens handles and copies bytes out of (or into) another process's allocations."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = torch.device(device)
@@ -193,14 +207,7 @@ class Importer:
         """A new uint8 tensor on the device per span ``(address, nbytes)`` in the owner's address
         space, holding a copy of those bytes. ``allocations``: base -> (size, handle_hex) of the
         owner's allocations (keys may be ints or decimal strings); each span must lie wholly in one."""
-        table = sorted((int(base), int(size), handle) for base, (size, handle) in allocations.items())
-        bases = [base for base, _, _ in table]
-        sources = []
-        for address, nbytes in spans:
-            i = bisect.bisect_right(bases, address) - 1
-            if nbytes < 0 or nbytes and (i < 0 or address + nbytes > table[i][0] + table[i][1]):
-                raise IpcReadError(f"span {address:#x}+{nbytes} is not wholly inside any allocation of the owner's")
-            sources.append((table[i], address, nbytes) if nbytes else None)
+        sources = _located(allocations, spans)
         out = []
         with _on_device(self._ordinal) as d:
             stream = torch.cuda.current_stream(self.device).cuda_stream  # the copies are ordered with the new tensors
@@ -213,6 +220,22 @@ class Importer:
                 out.append(dst)
         torch.cuda.synchronize(self.device)
         return out
+
+    def write(self, allocations: dict[int, tuple[int, str]], spans: list[tuple[int, int]],
+              sources: list[torch.Tensor]) -> None:
+        """Each contiguous tensor of ``sources`` (on this device, of the span's size) copied into the
+        owner's memory at its span: the trusted side filling a stopped rank's staged inputs."""
+        targets = _located(allocations, spans)
+        with _on_device(self._ordinal) as d:
+            stream = torch.cuda.current_stream(self.device).cuda_stream
+            for target, (_, nbytes), src in zip(targets, spans, sources, strict=True):
+                if nbytes != src.numel() * src.element_size() or not src.is_contiguous():
+                    raise IpcReadError(f"a source of {src.numel() * src.element_size()} bytes for a span of {nbytes}")
+                if target is not None:
+                    (base, size, handle), address, _ = target
+                    dst = self._open(d, base, size, handle) + (address - base)
+                    d.check("cuMemcpyDtoDAsync_v2", d.cuMemcpyDtoDAsync_v2(dst, src.data_ptr(), nbytes, stream))
+        torch.cuda.synchronize(self.device)
 
     def _open(self, d: _Driver, base: int, size: int, handle_hex: str) -> int:
         if handle_hex in self._opened:

@@ -16,15 +16,16 @@ class Captured:
     def load(self, calls: list[tuple]) -> None:
         """Copy a region's fresh inputs into the buffers the graph reads."""
         for buffers, fresh in zip(self.inputs, calls):
-            _copy_into(buffers, fresh)
+            copy_into(buffers, fresh)
 
 
-def _copy_into(dst: Any, src: Any) -> None:
+def copy_into(dst: Any, src: Any) -> None:
+    """Every tensor of ``src`` copied into the tensor at the same place in ``dst``."""
     if isinstance(dst, torch.Tensor):
         dst.copy_(src)
     elif isinstance(dst, (tuple, list)):
         for d, s in zip(dst, src):
-            _copy_into(d, s)
+            copy_into(d, s)
 
 
 def same_layout(a: Any, b: Any) -> bool:

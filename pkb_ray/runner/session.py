@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from pkb_ray.correctness import cuda_pointers, layout, output_devices
+from pkb_ray.correctness import copy_tree, cuda_pointers, layout, output_devices
 from pkb_ray.runner.tensor_io import canonical
 from pkb_ray.keys import SHARED, derived
 from pkb_ray.names import Status
@@ -27,7 +27,7 @@ from pkb_ray.runner.graphs import Captured, capture_calls, same_layout
 from pkb_ray.runner.loading import candidate_traceback
 from pkb_ray.runner.protocol import Side, StepFailed, set_phase
 from pkb_ray.timing import call_seed, fresh_calls, timed_region, timed_replay
-from pkb_ray.wire import Capture, CaptureReport, Command, RegionReport, Report, TimeRegion
+from pkb_ray.wire import Capture, CaptureReport, Command, RegionReport, Report, Stage, StageReport, TimeRegion
 
 
 class RankSession:
@@ -47,6 +47,7 @@ class RankSession:
         self._base: tuple | None = None  # (key, base input sets of the timed calls)
         self._graph: Captured | None = None  # the side's k calls captured (graph timing mode)
         self._exporter = None  # the IPC handles of the device allocations its tensors lie in (CUDA only)
+        self._staged: list[tuple] | None = None  # the timed calls' inputs, as the trusted side fills them (stage)
 
     def steps(self) -> dict[type[Command], Callable[[Any], Report]]:
         """The commands this kind of set obeys, and the method that runs each."""
@@ -78,10 +79,15 @@ class RankSession:
         captured = self._graph if cmd.graph else None
         if cmd.graph and (captured is None or captured.key != self._graph_key(k)):
             raise StepFailed(Status.RUNTIME_ERROR.value, f"{what}: no graph of {k} calls captured")
-        calls = self._call_inputs(cmd.base_seeds, cmd.nonce, list(range(k)), own=captured is None)
-        if captured is not None:
-            captured.load(calls)
-            calls = captured.inputs  # what the replay reads
+        if cmd.staged:  # filled by the trusted side while the set was stopped (a graph reads them too)
+            if self._staged is None or len(self._staged) != k:
+                raise StepFailed(Status.RUNTIME_ERROR.value, f"{what}: no inputs of {k} calls staged")
+            calls = self._staged
+        else:
+            calls = self._call_inputs(cmd.base_seeds, cmd.nonce, list(range(k)), own=captured is None)
+            if captured is not None:
+                captured.load(calls)
+                calls = captured.inputs  # what the replay reads
         fn = self.timed_fn()
         gc.collect(0)  # the young generation only: a full collection costs ~170 ms with torch loaded
         gc.disable()  # a collection inside a region would be charged to whichever side triggered it
@@ -106,14 +112,38 @@ class RankSession:
         # what a tensor file of the value would hold (a module's state, a process group's ranks): the
         # reference's values are compared in that form
         placed = [[layout(canonical(out)), layout(canonical(args))] for out, args in zip(outs, calls)]
-        if self.device.type == "cuda":
-            if self._exporter is None:
-                from pkb_ray.runner.cuda_ipc import Exporter  # loads the CUDA driver: GPU ranks only
-                self._exporter = Exporter()
-            for out, args in zip(outs, calls):
-                for ptr in (*cuda_pointers(canonical(out)), *cuda_pointers(canonical(args))):
-                    self._exporter.note(ptr)
+        self._export([*outs, *calls])
         return placed
+
+    def _export(self, values: list[Any]) -> None:
+        """On a GPU, the allocations the tensors of ``values`` lie in exported (their handles go in
+        the next report: :meth:`exported`)."""
+        if self.device.type != "cuda":
+            return
+        if self._exporter is None:
+            from pkb_ray.runner.cuda_ipc import Exporter  # loads the CUDA driver: GPU ranks only
+            self._exporter = Exporter()
+        for value in values:
+            for ptr in cuda_pointers(canonical(value)):
+                self._exporter.note(ptr)
+
+    def stage(self, cmd: Stage) -> StageReport:
+        """Keep the input buffers of the mode's k timed calls (eager: copies of the base sets; graph:
+        the ones the captured graph reads) and say where they lie. The trusted side writes each
+        round's inputs into them while this set is stopped (:meth:`CleanSession.fill`): timed calls
+        never run on inputs made in this process."""
+        self._check_side(cmd)
+        self._held = None
+        self._phase(f"stage ({self.side.value})")
+        if cmd.graph:
+            if self._graph is None or self._graph.key != self._graph_key(cmd.k):
+                raise StepFailed(Status.RUNTIME_ERROR.value, f"no graph of {cmd.k} calls captured to stage")
+            self._staged = self._graph.inputs
+        else:
+            sets = self._base_sets(cmd.base_seeds)
+            self._staged = [copy_tree(sets[n % len(sets)]) for n in range(cmd.k)]
+        self._export(self._staged)
+        return StageReport(inputs=[layout(canonical(args)) for args in self._staged], handles=self.exported())
 
     def exported(self) -> dict[str, list]:
         return self._exporter.take_new() if self._exporter is not None else {}

@@ -22,13 +22,13 @@ LAYERS = {  # 7 = the command, 6 = entry points ... 1 = pure data and rules
     1: ["problem", "schema", "metrics", "intervals", "timing", "correctness", "config", "placement", "results", "samples",
         "selection", "verdict", "wire", "paths", "names", "scheduler", "interference", "deadlines", "formats",
         "backend_rules", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.format",
-        "pkb.settings", "pkb.verdict", "problem_helpers", "compose", "storage", "keys"],
+        "pkb.settings", "pkb.verdict", "problem_helpers", "compose", "storage", "keys", "staging"],
 }
 PURE = [  # no Ray, no processes
     "problem", "problem_helpers", "schema", "metrics", "intervals", "timing", "correctness", "config", "placement", "results",
     "samples", "selection", "verdict", "wire", "paths", "names", "scheduler", "interference", "deadlines", "formats",
     "backend_rules", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.format", "pkb.settings",
-    "pkb.verdict", "compose", "storage", "keys"]
+    "pkb.verdict", "compose", "storage", "keys", "staging"]
 LAYER = {f"pkb_ray.{m}": n for n, mods in LAYERS.items() for m in mods}
 
 

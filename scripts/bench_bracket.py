@@ -1,0 +1,88 @@
+"""Where a region's bracket goes, per side: an all-reduce copy against the reference, through the
+harness at W=1 (one GPU; or gloo on the CPU), eager and graph.
+
+    python3 scripts/bench_bracket.py --max-calls 50,500 --modes eager,graph --out bracket.json
+
+For each evaluation and side, medians over the timed regions (microseconds): ``bracket`` (the
+parent's clock, resume to proven stop: the region's time), ``rank_calls`` (the rank's own clock
+around its k calls: a diagnostic), ``arrived`` (resume to the last rank's report), ``after_report``
+(report to proven stop) and ``before_calls`` (arrived minus rank_calls: resuming, the command, the
+fresh inputs, the barrier, the layouts and the report). The share of the bracket that is not the
+calls is what compresses a speedup: a candidate twice as fast reads (F + C) / (F + C / 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+
+from pkb_ray import rounds
+from pkb_ray.config import EvalConfig, HardwareConfig
+from pkb_ray.harness import Harness
+from pkb_ray.problem import load_problems
+from pkb_ray.schema import Sample
+
+
+def side_figures(regions: list) -> dict:
+    def med(f) -> float:
+        return round(statistics.median(f(g) for g in regions), 1)
+
+    return {"bracket": med(lambda g: g.bracket_us), "rank_calls": med(lambda g: g.reports[0].us * g.k),
+            "arrived": med(lambda g: max(g.arrived_us.values())),
+            "after_report": med(lambda g: g.bracket_us - max(g.arrived_us.values())),
+            "before_calls": med(lambda g: max(g.arrived_us.values()) - g.reports[0].us * g.k)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--max-calls", default="50,500", help="eval.max_round_calls values")
+    parser.add_argument("--modes", default="eager,graph")
+    parser.add_argument("--round-us", type=float, default=2000.0)
+    parser.add_argument("--numel", type=int, default=1 << 20, help="elements a rank (float32)")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    timings = []
+    run = rounds.RoundDriver.run
+
+    def keep(self):  # the driver's Timing (its regions), which a result does not carry
+        timings.append(run(self))
+        return timings[-1]
+
+    rounds.RoundDriver.run = keep
+    cuda = torch.cuda.is_available()
+    device = "cuda:0" if cuda else "cpu"
+    problems, out = load_problems(), []
+    for max_calls in (int(x) for x in args.max_calls.split(",")):
+        for mode in args.modes.split(","):
+            tmp = Path(tempfile.mkdtemp())
+            hw = HardwareConfig(name="gpu_1" if cuda else "cpu_1", device="cuda" if cuda else "cpu",
+                                world_sizes=[1], gpus_per_node=1)
+            cfg = EvalConfig(trials=2, timing_sets=2, warmup=3, rounds=20, size={"numel": args.numel}, timeout_s=120,
+                             prewarm=0, max_round_calls=max_calls, timing_mode=mode, round_us=args.round_us)
+            h = Harness([device], cfg, hw, problems, work_dir=tmp / "work", cache_dir=tmp / "cache")
+            try:
+                for index in range(args.reps):
+                    result = h.evaluate(Sample(problem_id="all_reduce", model="copy", sample_index=index,
+                                               source=problems["all_reduce"].source()))
+                    t = timings[-1]
+                    row = {"max_calls": max_calls, "mode": mode, "status": result.status, "speedup": result.speedup,
+                           "k": t.k, "k_graph": t.k_graph,
+                           **{side: side_figures([g for g in t.regions if g.side.value == side]) for side in ("ref", "cand")}}
+                    print(json.dumps(row), flush=True)
+                    out.append(row)
+            finally:
+                h.close()
+    if args.out:
+        args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(0) if cuda else "cpu",
+                                        "round_us": args.round_us, "numel": args.numel, "rows": out}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
