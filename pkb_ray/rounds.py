@@ -38,7 +38,7 @@ from pkb_ray.names import Side
 from pkb_ray.timing import calls_per_round, round_order
 from pkb_ray.verdict import Region
 from pkb_ray.correctness import layout_aliases
-from pkb_ray.correctness import in_allocations
+from pkb_ray.correctness import entry_span, in_allocations
 from pkb_ray.memory import Unreadable, write_capture
 from pkb_ray.round_checks import check_call
 from pkb_ray.runner.protocol import tensor_file
@@ -53,6 +53,7 @@ REGION_POLL_S = 0.0002  # the parent's bracket is as fine as its look at the rep
 # against 1.19-1.26 us at 4x, and made the timing step 2-5x dearer (docs/benchmarks/timing.md).
 GRAPH_CALLS_FACTOR = 4
 FREEZE_TIMEOUT_S = 5.0  # how long the candidate's processes may take to stop (one in a driver call)
+KEEP_BYTES = 256 << 20  # a clean rank's rounds of inputs made ahead, at most (host memory only)
 
 
 class CleanSetFailed(RuntimeError):
@@ -111,6 +112,9 @@ class RoundDriver:
         self._pending: list[Pick] = []  # the round's picks the parent compares at its end
         self.clean_allocations: dict[int, dict[str, list]] = {}  # the clean ranks' exported device allocations
         self._copies: dict[int, Copies] = {}  # rank -> its staged tensors in host memory, on both sides
+        self._host: dict[int, Copies] = {}  # the same, where every staged tensor lies in host memory
+        self._kept: dict[int, list[list[list[int]]]] = {}  # rank -> rounds' inputs made ahead (where they lie)
+        self._kept_from = 0  # the round the first of them is for
         self.rng = secrets.SystemRandom()
         self.timing = Timing()
 
@@ -158,10 +162,10 @@ class RoundDriver:
                               base_seeds=self.base_seeds)
                 self._step(Side.REF, cmd, "capturing the reference alone")
             self._stage(mode, k)
+            nonces = [self.rng.getrandbits(56) for _ in range(self.cfg.rounds)]
             regions = []
-            for i in range(self.cfg.rounds):
-                nonce = self.rng.getrandbits(56)
-                self._fill(mode, k, nonce, f"quiet {mode} round {i}")
+            for i, nonce in enumerate(nonces):
+                self._fill(mode, k, nonces, i, f"quiet {mode} round {i}")
                 regions.append(self._region(Side.REF, k, f"quiet {mode} round {i}", timed=True, mode=mode, nonce=nonce))
             return regions
         finally:
@@ -210,9 +214,10 @@ class RoundDriver:
         chance = min(1.0, cfg.checked_calls / max(1, cfg.rounds * k))
         if not self._stage(mode, k):
             return False
-        for i in range(cfg.rounds):
-            nonce, regions = self.rng.getrandbits(56), {}
-            if not self._fill(mode, k, nonce, f"{mode} round {i}"):
+        nonces = [self.rng.getrandbits(56) for _ in range(cfg.rounds)]  # the rounds' inputs: never sent to the candidate
+        for i, nonce in enumerate(nonces):
+            regions = {}
+            if not self._fill(mode, k, nonces, i, f"{mode} round {i}"):
                 return False
             for side in round_order(i):
                 region = regions[side] = self._region(side, k, f"{mode} round {i}", timed=True, mode=mode, nonce=nonce)
@@ -241,9 +246,14 @@ class RoundDriver:
         cmd = Stage(case=self.case, side=Side.REF, k=k, base_seeds=self.base_seeds, graph=graph, keys=self.keys,
                     peer=peer)
         outcome = self._step(Side.REF, cmd, f"staging the reference's {mode} inputs")
-        self._copies = {}
+        self._copies, self._kept, self._kept_from = {}, {}, 0
+        self._host = {}  # rank -> its clean rank's staged tensors, when every one lies in host memory
         for rank, rep in outcome.reports.items():
             self.clean_allocations.setdefault(rank, {}).update(rep.handles)
+            self._host[rank] = Copies.of(rep.inputs, self.clean_allocations[rank], rep.inputs)
+        if any(len(c.reference) < sum(map(len, outcome.reports[r].inputs)) for r, c in self._host.items()):
+            self._host = {}  # some lie in device memory: a fill step a round
+        for rank, rep in outcome.reports.items():
             if rank not in staged:
                 continue
             why = misfit(rep.inputs, self.clean_allocations[rank], staged[rank], self.allocations.get(rank))
@@ -251,28 +261,58 @@ class RoundDriver:
                 self.timing.misplaced, self.timing.what = f"rank {rank}: {why}", f"staging the {mode} inputs"
                 return False
             self._copies[rank] = Copies.of(rep.inputs, self.clean_allocations[rank], staged[rank])
+            if self._host:
+                self._host[rank] = self._copies[rank]
         return True
 
-    def _fill(self, mode: str, k: int, nonce: int, what: str) -> bool:
-        """The round's fresh inputs in both sides' staged buffers, the candidate stopped: the clean
-        set makes them and writes its own (and the candidate's in device memory); the parent copies
-        the rest from the clean ranks' memory into the candidate's."""
+    def _fill(self, mode: str, k: int, nonces: list[int], i: int, what: str) -> bool:
+        """Round ``i``'s fresh inputs (from ``nonces[i]``) in both sides' staged buffers, the
+        candidate stopped. Where every staged tensor lies in host memory, the clean set makes the
+        inputs of many rounds in one step and the parent copies each round's into both sides'
+        buffers itself; else the clean set makes each round's in a step of its own and writes its
+        own buffers and the candidate's in device memory, and the parent copies the rest."""
         candidate = self.ranks is not None
-        cmd = Fill(case=self.case, k=k, nonce=nonce, base_seeds=self.base_seeds, graph=mode == TimingMode.GRAPH,
+        graph = mode == TimingMode.GRAPH
+        if self._host:
+            if i >= self._kept_from + len(next(iter(self._kept.values()), [])):  # the next rounds, made ahead
+                nbytes = max(1, max(sum(entry_span(e)[1] for e in c.reference) for c in self._host.values()))
+                ahead = nonces[i:i + max(1, KEEP_BYTES // nbytes)]
+                cmd = Fill(case=self.case, k=k, nonces=ahead, base_seeds=self.base_seeds, graph=graph,
+                           candidate=candidate, keys=self.keys, keep=True)
+                outcome = self._step(Side.REF, cmd, f"making the inputs of {what} and the {len(ahead) - 1} after")
+                self._kept = {rank: [[e for call in rnd for e in call] for rnd in rep.kept]
+                              for rank, rep in outcome.reports.items()}
+                self._kept_from = i
+            for rank, copies in self._host.items():
+                if not self._copy(rank, self._kept[rank][i - self._kept_from], copies, candidate, what):
+                    return False
+            return True
+        cmd = Fill(case=self.case, k=k, nonces=[nonces[i]], base_seeds=self.base_seeds, graph=graph,
                    candidate=candidate, keys=self.keys)
         self._step(Side.REF, cmd, f"filling the inputs of {what}")
         for rank, copies in (self._copies.items() if candidate else ()):
-            if not copies.candidate:
-                continue
-            try:
-                blobs = self.clean.read_tensors(rank, copies.reference)
-            except Unreadable as exc:
-                raise CleanSetFailed(f"reading the staged inputs of {what}: {exc}", StepOutcome(Step.FILL)) from None
-            try:
-                self.ranks.write_tensors(rank, copies.candidate, blobs)
-            except Unreadable as exc:  # it said its buffers lie where nothing of its size does
-                self.timing.misplaced, self.timing.what = f"rank {rank}: {exc}", f"filling the inputs of {what}"
+            if copies.candidate and not self._copy(rank, copies.reference, copies, True, what, into_clean=False):
                 return False
+        return True
+
+    def _copy(self, rank: int, source: list[list[int]], copies: Copies, candidate: bool, what: str,
+              into_clean: bool = True) -> bool:
+        """The bytes at ``source`` in clean rank ``rank``'s memory copied into its staged host
+        tensors (``into_clean``) and the candidate's; False (``timing.misplaced``) when the
+        candidate's cannot be written where it said they lie."""
+        try:
+            blobs = self.clean.read_tensors(rank, source)
+            if into_clean:
+                self.clean.write_tensors(rank, copies.reference, blobs)
+        except Unreadable as exc:
+            raise CleanSetFailed(f"copying the inputs of {what}: {exc}", StepOutcome(Step.FILL)) from None
+        if not candidate or rank not in self._copies:
+            return True
+        try:
+            self.ranks.write_tensors(rank, copies.candidate, blobs)
+        except Unreadable as exc:  # it said its buffers lie where nothing of its size does
+            self.timing.misplaced, self.timing.what = f"rank {rank}: {exc}", f"filling the inputs of {what}"
+            return False
         return True
 
     def _check_remote(self, region: Region, i: int, chance: float) -> None:

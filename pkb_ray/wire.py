@@ -120,6 +120,7 @@ class StageReport(Report):
 @record
 class FillReport(Report):
     written: int  # tensors written into the candidate's device memory
+    kept: list[list[Layout]] = field(default_factory=list)  # with ``keep``: per round, per call, where its inputs lie
 
 
 @record
@@ -317,18 +318,22 @@ class Stage(Command):
 
 @record
 class Fill(Command):
-    """A clean set's: make the round's fresh inputs (``nonce``, the rank's own key) and write them
-    into its own staged buffers and into the tensors of the candidate's staged buffers that lie in
-    its device memory (CUDA IPC); the parent copies the rest (CPU memory) itself."""
+    """A clean set's: make a round's fresh inputs (the round's nonce, the rank's own key) and write
+    them into its own staged buffers and into the tensors of the candidate's staged buffers that lie
+    in the candidate's device memory (CUDA IPC); the parent copies the rest (host memory) itself.
+    With ``keep`` (every staged tensor in host memory) the inputs of the rounds ``nonces`` are made
+    at once and kept, and where they lie reported: the parent copies each round's into both sides'
+    buffers itself, with no step a round."""
 
     answer = FillReport
     step: Literal["fill"] = Step.FILL
     case: Case
     k: int
-    nonce: int
+    nonces: list[int]
     base_seeds: list[int]
     graph: bool
     candidate: bool  # whether a candidate's buffers are to be written too (not for a quiet baseline)
+    keep: bool = False
 
 
 @record

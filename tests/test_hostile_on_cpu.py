@@ -72,6 +72,12 @@ def _copy(problems, index: int = 1) -> Sample:
         ("writes_its_input_while_timed.py", Status.WRONG_OUTPUT, "changed by the call"),
         # every rank's inputs come from a key of its own: another rank's cannot be rebuilt
         ("reduces_without_communicating.py", Status.WRONG_OUTPUT, "trial seed="),
+        # ranks that tell each other their keys: a timed call's inputs come from a nonce no rank gets
+        ("shares_keys_with_peers.py", Status.WRONG_OUTPUT, "timed call gave a wrong answer"),
+        # staged input buffers: the trusted side writes only into ones that fit the reference's ...
+        ("forges_staged_inputs.py", Status.TAMPERING, "not where its rank said they lie"),
+        # ... and where the rank said: inputs written elsewhere leave its real buffers stale
+        ("misdirects_staged_inputs.py", Status.WRONG_OUTPUT, "timed call gave a wrong answer"),
     ],
 )
 def test_hostile_sample_gets_its_status(shared_harness, name, status, needle):

@@ -15,7 +15,8 @@ from typing import Any, Callable
 import torch
 
 from pkb_ray import formats
-from pkb_ray.correctness import aliases, compare_call, copy_tree, entry_span, output_devices, rebuild, structure, tensors, in_allocations
+from pkb_ray.correctness import (aliases, compare_call, copy_tree, entry_span, in_allocations, layout, output_devices,
+                                 rebuild, structure, tensors)
 from pkb_ray.names import Status
 from pkb_ray.runner.graphs import copy_into
 from pkb_ray.runner import tensor_io
@@ -39,6 +40,7 @@ class CleanSession(RankSession):
         self.resident = Resident(BUDGET_BYTES.get(device.type, BUDGET_BYTES["cpu"]))
         self._importer = None  # opens a candidate's device allocations (CUDA IPC), on a GPU
         self._peer: dict | None = None  # where the candidate's rank of this number staged its inputs
+        self._kept: list = []  # rounds' inputs made ahead (Fill with keep), until the next fill
 
     def steps(self) -> dict[type[Command], Callable[[Any], Report]]:
         return {ComputeReference: self.reference, CheckTrials: self.check_trials, CheckTimed: self.check_timed,
@@ -59,17 +61,25 @@ class CleanSession(RankSession):
         """Its own staged buffers (:meth:`RankSession.stage`), and where the candidate's rank of the
         same number staged its own (``peer``: checked by the parent against these)."""
         self._peer = cmd.peer.get(str(self.rank)) or None
+        self._kept = []
         return super().stage(cmd)
 
     def fill(self, cmd: Fill) -> FillReport:
-        """The round's fresh inputs (its own key, the round's nonce: what :meth:`check_timed`
+        """A round's fresh inputs (its own key, the round's nonce: what :meth:`check_timed`
         recomputes from) written into its own staged buffers, and into those of the candidate's that
         lie in the candidate's device memory, through their IPC handles, the candidate stopped. The
-        parent copies the rest from these buffers (CPU memory) itself."""
+        parent copies the rest from these buffers (host memory) itself. With ``keep``: the inputs of
+        every round of ``nonces``, kept where the parent copies them from."""
         if self._staged is None or len(self._staged) != cmd.k:
             raise StepFailed(Status.RUNTIME_ERROR.value, f"fill: no inputs of {cmd.k} calls staged")
         self._phase("fill")
-        copy_into(self._staged, self._call_inputs(cmd.base_seeds, cmd.nonce, list(range(cmd.k)), own=False))
+        ns = list(range(cmd.k))
+        if cmd.keep:
+            self._kept = [self._call_inputs(cmd.base_seeds, nonce, ns) for nonce in cmd.nonces]
+            return FillReport(written=0, kept=[[layout(canonical(args)) for args in calls] for calls in self._kept])
+        if len(cmd.nonces) != 1:
+            raise StepFailed(Status.RUNTIME_ERROR.value, f"fill: one round's nonce, not {len(cmd.nonces)}")
+        copy_into(self._staged, self._call_inputs(cmd.base_seeds, cmd.nonces[0], ns, own=False))
         written = 0
         if cmd.candidate and self._peer and self.device.type == "cuda":
             written = self._write_peer()
