@@ -166,3 +166,28 @@ def test_an_exporter_in_its_own_user_and_pid_namespace_is_read_too():
         pytest.skip(f"unshare fails here: {probe.stderr.strip()}")
     with exporter(UNSHARE) as (p, report):
         read_and_compare(p, report)
+
+
+def test_a_stopped_process_tensors_are_written_through_their_handles():
+    # the trusted side fills a stopped candidate's staged inputs this way (runner.clean.fill)
+    with exporter() as (p, report):
+        allocations = allocations_of(report)
+        address, nbytes = report["spans"]["a"]  # 1000 int32 in a segment shared with other tensors
+        importer = Importer(torch.device("cuda", 0))
+        try:
+            os.killpg(p.pid, signal.SIGSTOP)
+            new = torch.arange(1000, dtype=torch.int32, device="cuda:0") * 5 + 11
+            importer.write(allocations, [(address, nbytes)], [new])
+            with pytest.raises(IpcReadError):  # a source of another size than the span
+                importer.write(allocations, [(address, nbytes)], [new[:10]])
+            os.killpg(p.pid, signal.SIGCONT)
+            p.stdin.write("bump\n")  # the owner adds 1 to its own tensors: it sees what was written
+            p.stdin.flush()
+            assert p.stdout.readline() == "bumped\n"
+            os.killpg(p.pid, signal.SIGSTOP)
+            got, neighbour = importer.read(allocations, [(address, nbytes), tuple(report["spans"]["b"])])
+            assert torch.equal(got.view(torch.int32), new + 1)
+            assert neighbour.cpu().numpy().tobytes() == expected(bump=1)["b"]  # nothing else written
+        finally:
+            importer.close()
+            os.killpg(p.pid, signal.SIGCONT)
