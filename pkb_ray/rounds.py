@@ -8,10 +8,12 @@ the other set stays stopped throughout. While the reference runs, nothing the ca
 registered or started can run or touch it; before the candidate's next step the parent checks that
 none of its processes gained CPU time while stopped (else it escaped the freezer).
 
-For every round the parent draws a fresh nonce (the calls' inputs: both sides' regions of the
-round get it, so call n of each ran on the same inputs), sends the command with the sample's input
-keys (each rank gets its own: :mod:`pkb_ray.keys`), and times each region with its own clock from
-resuming the set to seeing it stopped: the region's time, whatever the ranks report. After each
+Before a mode's rounds each set stages its timed calls' input buffers; for every round the parent
+draws a fresh nonce, and the clean set makes the round's inputs from it and the sample's keys and
+the trusted side writes them into both sides' buffers, the candidate stopped
+(:mod:`pkb_ray.staging`): call n of each side's region runs on the same inputs, and no candidate's
+rank ever gets the nonce. The parent times each region with its own clock from resuming the set
+to seeing it stopped: the region's time, whatever the ranks report. After each
 of the candidate's regions, its set stopped, the parent decides which calls to check (each with
 probability ``checked_calls`` / the mode's calls, independently, never sent to the ranks); when
 the round ends it reads those calls' outputs and inputs from both sets' memory itself
@@ -165,7 +167,7 @@ class RoundDriver:
             nonces = [self.rng.getrandbits(56) for _ in range(self.cfg.rounds)]
             regions = []
             for i, nonce in enumerate(nonces):
-                self._fill(mode, k, nonces, i, f"quiet {mode} round {i}")
+                self._fill(mode, k, nonces, i, Side.REF, f"quiet {mode} round {i}")
                 regions.append(self._region(Side.REF, k, f"quiet {mode} round {i}", timed=True, mode=mode, nonce=nonce))
             return regions
         finally:
@@ -217,9 +219,9 @@ class RoundDriver:
         nonces = [self.rng.getrandbits(56) for _ in range(cfg.rounds)]  # the rounds' inputs: never sent to the candidate
         for i, nonce in enumerate(nonces):
             regions = {}
-            if not self._fill(mode, k, nonces, i, f"{mode} round {i}"):
-                return False
             for side in round_order(i):
+                if not self._fill(mode, k, nonces, i, side, f"{mode} round {i}"):
+                    return False
                 region = regions[side] = self._region(side, k, f"{mode} round {i}", timed=True, mode=mode, nonce=nonce)
                 if region is None:
                     return False
@@ -265,49 +267,48 @@ class RoundDriver:
                 self._host[rank] = self._copies[rank]
         return True
 
-    def _fill(self, mode: str, k: int, nonces: list[int], i: int, what: str) -> bool:
-        """Round ``i``'s fresh inputs (from ``nonces[i]``) in both sides' staged buffers, the
-        candidate stopped. Where every staged tensor lies in host memory, the clean set makes the
-        inputs of many rounds in one step and the parent copies each round's into both sides'
-        buffers itself; else the clean set makes each round's in a step of its own and writes its
-        own buffers and the candidate's in device memory, and the parent copies the rest."""
-        candidate = self.ranks is not None
+    def _fill(self, mode: str, k: int, nonces: list[int], i: int, side: Side, what: str) -> bool:
+        """Round ``i``'s fresh inputs (from ``nonces[i]``) in ``side``'s staged buffers, just before
+        its region (each side's inputs as fresh in its caches as the other's), the candidate
+        stopped. Where every staged tensor lies in host memory the clean set makes many rounds'
+        inputs in one step and the parent copies each into the buffers itself; else the clean set
+        makes them in a step before each region and writes its own buffers, or the candidate's in
+        device memory (the parent copying the rest)."""
         graph = mode == TimingMode.GRAPH
         if self._host:
             if i >= self._kept_from + len(next(iter(self._kept.values()), [])):  # the next rounds, made ahead
                 nbytes = max(1, max(sum(entry_span(e)[1] for e in c.reference) for c in self._host.values()))
                 ahead = nonces[i:i + max(1, KEEP_BYTES // nbytes)]
                 cmd = Fill(case=self.case, k=k, nonces=ahead, base_seeds=self.base_seeds, graph=graph,
-                           candidate=candidate, keys=self.keys, keep=True)
+                           candidate=self.ranks is not None, keys=self.keys, keep=True)
                 outcome = self._step(Side.REF, cmd, f"making the inputs of {what} and the {len(ahead) - 1} after")
                 self._kept = {rank: [[e for call in rnd for e in call] for rnd in rep.kept]
                               for rank, rep in outcome.reports.items()}
                 self._kept_from = i
-            for rank, copies in self._host.items():
-                if not self._copy(rank, self._kept[rank][i - self._kept_from], copies, candidate, what):
-                    return False
-            return True
+            return all(self._copy(rank, [self._kept[rank][i - self._kept_from][j] for j in copies.indexes], copies,
+                                  side, what) for rank, copies in self._host.items())
         cmd = Fill(case=self.case, k=k, nonces=[nonces[i]], base_seeds=self.base_seeds, graph=graph,
-                   candidate=candidate, keys=self.keys)
-        self._step(Side.REF, cmd, f"filling the inputs of {what}")
-        for rank, copies in (self._copies.items() if candidate else ()):
-            if copies.candidate and not self._copy(rank, copies.reference, copies, True, what, into_clean=False):
+                   candidate=side is Side.CAND, keys=self.keys)
+        outcome = self._step(Side.REF, cmd, f"filling the inputs of {what} ({side.value})")
+        if side is Side.REF:
+            return True
+        for rank, copies in self._copies.items():  # its tensors in host memory, from where the clean rank made them
+            kept = [e for call in outcome.reports[rank].kept for e in call]
+            if copies.indexes and not self._copy(rank, [kept[j] for j in copies.indexes], copies, side, what):
                 return False
         return True
 
-    def _copy(self, rank: int, source: list[list[int]], copies: Copies, candidate: bool, what: str,
-              into_clean: bool = True) -> bool:
-        """The bytes at ``source`` in clean rank ``rank``'s memory copied into its staged host
-        tensors (``into_clean``) and the candidate's; False (``timing.misplaced``) when the
-        candidate's cannot be written where it said they lie."""
+    def _copy(self, rank: int, source: list[list[int]], copies: Copies, side: Side, what: str) -> bool:
+        """The bytes at ``source`` in clean rank ``rank``'s memory copied into ``side``'s staged host
+        tensors; False (``timing.misplaced``) when the candidate's cannot be written where it said
+        they lie."""
         try:
             blobs = self.clean.read_tensors(rank, source)
-            if into_clean:
+            if side is Side.REF:
                 self.clean.write_tensors(rank, copies.reference, blobs)
+                return True
         except Unreadable as exc:
             raise CleanSetFailed(f"copying the inputs of {what}: {exc}", StepOutcome(Step.FILL)) from None
-        if not candidate or rank not in self._copies:
-            return True
         try:
             self.ranks.write_tensors(rank, copies.candidate, blobs)
         except Unreadable as exc:  # it said its buffers lie where nothing of its size does

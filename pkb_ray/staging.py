@@ -32,11 +32,12 @@ def misfit(reference: Layouts, reference_allocations: dict | None, candidate: La
     for n, (ref, cand) in enumerate(zip(reference, candidate)):
         if not isinstance(cand, list) or len(cand) != len(ref):
             return f"call {n}: {len(cand) if isinstance(cand, list) else 0} input tensors staged, expected {len(ref)}"
+        for i, (r, c) in enumerate(zip(ref, cand)):
+            if not (isinstance(c, list) and c and isinstance(c[0], int) and c[1:] == r[1:]):
+                return f"call {n}, input tensor {i}: staged as {c[1:] if isinstance(c, list) else c!r}, expected {r[1:]}"
         on_device = set(in_allocations(ref, reference_allocations))
         theirs = set(in_allocations(cand, candidate_allocations))
-        for i, (r, c) in enumerate(zip(ref, cand)):
-            if not isinstance(c, list) or c[1:] != r[1:]:
-                return f"call {n}, input tensor {i}: staged as {c[1:] if isinstance(c, list) else c}, expected {r[1:]}"
+        for i in range(len(ref)):
             if (i in on_device) != (i in theirs):
                 return (f"call {n}, input tensor {i}: staged in {'host' if i in on_device else 'device'} memory, "
                         f"expected {'device' if i in on_device else 'host'} memory")
@@ -50,6 +51,7 @@ class Copies:
 
     reference: list[list[int]]
     candidate: list[list[int]]
+    indexes: list[int]  # their places among all staged tensors (the calls' in order)
 
     @classmethod
     def of(cls, reference: Layouts, reference_allocations: dict | None, candidate: Layouts) -> "Copies":
@@ -58,4 +60,4 @@ class Copies:
         cand = [e for call in candidate for e in call]
         on_device = set(in_allocations(ref, reference_allocations))
         keep = [i for i in range(len(ref)) if i not in on_device]
-        return cls([ref[i] for i in keep], [cand[i] for i in keep])
+        return cls([ref[i] for i in keep], [cand[i] for i in keep], keep)

@@ -11,29 +11,31 @@ region (:mod:`pkb_ray.rounds`), and times it with its own clock:
    ``max_round_calls``. The candidate's own speed never sets ``k`` (it could slow a calibration).
 2. ``rounds`` regions per side, in the order A B B A A B ... (each side goes first equally often,
    so neither inherits the other's warm caches more).
-3. Every call of every round gets inputs no call of the side has seen before: the parent sends a
-   fresh random nonce with each round (both sides' regions of it), and call n gets a copy of base
-   input set n mod ``timing_sets`` (drawn once per sample by ``make_inputs`` from the rank's own
-   key, :mod:`pkb_ray.keys`) with every
+3. Every call of every round gets inputs no call of the side has seen before, and no candidate's
+   process makes or can predict them: each side stages the buffers of its ``k`` timed calls once a
+   mode (:mod:`pkb_ray.staging`), and before every round, the candidate stopped, the clean rank
+   makes the round's inputs from its key and a fresh random nonce and the trusted side writes them
+   into both sides' buffers. Call n's are a copy of base input set n mod ``timing_sets`` (drawn
+   once per sample by ``make_inputs`` from the rank's own key, :mod:`pkb_ray.keys`) with every
    floating-point element moved by a pseudo-random factor in [1 - 1/16, 1 + 1/16] keyed on
    (nonce, n) and on the element's own value (:func:`fresh_inputs`). Keyed on the value, equal
    elements stay equal (ties, and tensors that are the same on every rank), zeros stay zeros and
-   signs stay signs; the new values are drawn on the device, at the cost of one elementwise pass. A
-   base set with no floating-point tensor is drawn anew by ``make_inputs`` from :func:`call_seed`
-   (nonce, n) instead. Memoising by address, by sampled values or by a hash of the inputs gains
-   nothing.
+   signs stay signs. A base set with no floating-point tensor is drawn anew by ``make_inputs`` from
+   :func:`call_seed` (nonce, n) instead. Memoising by address, by sampled values or by a hash of
+   the inputs gains nothing.
 4. A region: the side's set is resumed, all its ranks meet at a barrier, the side is called ``k``
-   times back to back (or one CUDA graph replay of ``k`` captured calls, in graph mode), every
-   stream of the device is synchronised, each rank says where each call's outputs and inputs lie
-   and reports; the parent then stops the set and sees every process of it stopped. The region's
-   time is the parent's clock from resuming the set to seeing it stopped: whatever the side does
-   in between, its own timer or report included, is its time, and nothing it does can happen
-   after. The reference's regions hold the same fixed work (resuming, inputs, barrier, report,
-   stopping), so it cancels in a copy; a region's figure is its time / ``k``. What a rank reports
-   of its own time is kept as a diagnostic only.
+   times back to back on its staged inputs (or one CUDA graph replay of ``k`` captured calls, in
+   graph mode), every stream of the device is synchronised, each rank says where each call's
+   outputs and inputs lie and reports; the parent then stops the set and sees every process of it
+   stopped. The region's time is the parent's clock from resuming the set to seeing it stopped:
+   whatever the side does in between, its own timer or report included, is its time, and nothing
+   it does can happen after. The reference's regions hold the same fixed work (resuming, barrier,
+   report, stopping), so it cancels in a copy; a region's figure is its time / ``k``. What a rank
+   reports of its own time is kept as a diagnostic only. (Warmup and calibration regions, untimed,
+   make their inputs themselves.)
    Graph mode (``eval.timing_mode``): after calibration each side's ``k`` calls, on ``k`` input
-   buffers of their own, are captured once into a CUDA graph; a region copies its fresh inputs
-   into those buffers, then times one replay the same way. Only the device's work is timed, as
+   buffers of their own, are captured once into a CUDA graph; those buffers are the side's staged
+   ones, and a region times one replay the same way. Only the device's work is timed, as
    production runs it (decode steps and training steps are replayed graphs). A side that cannot be
    captured (it synchronises the host, allocates in a way capture refuses, uses a process group
    that is not NCCL) leaves both sides eager, with the reason.

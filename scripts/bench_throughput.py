@@ -66,6 +66,12 @@ def ours(rows: list[dict], args, tmp: Path) -> dict:
     statuses: dict[str, int] = {}
     for r in results:
         statuses[r.status.value] = statuses.get(r.status.value, 0) + 1
+    expected = {(row["problem_id"], row["sample_index"]): row.get("metadata", {}).get("expect", "") for row in rows}
+    # a status the sample was not made to get (scripts/make_samples.py), with why: a verdict to look at
+    unexpected = [{"problem_id": r.problem_id, "sample_index": r.sample_index, "status": r.status.value,
+                   "expect": expected.get((r.problem_id, r.sample_index), ""), "message": (r.message or "")[:400]}
+                  for r in results if expected.get((r.problem_id, r.sample_index))
+                  and r.status.value not in expected[(r.problem_id, r.sample_index)].split("|")]
     phases: dict[str, list[float]] = {}
     for r in results:
         for name, seconds in (r.phase_seconds or {}).items() if not r.duplicate_of else ():
@@ -76,7 +82,7 @@ def ours(rows: list[dict], args, tmp: Path) -> dict:
             "latency_s_p90": percentile(latency, 0.9), "latency_s_p99": percentile(latency, 0.99),
             "gang_busy_fraction": report.get("busy_fraction"),  # of the time gangs were up
             "gpu_busy_fraction_of_wall": report.get("busy_s", 0.0) / (wall * gangs), "gangs": gangs,
-            "statuses": statuses}
+            "statuses": statuses, "unexpected": unexpected}
 
 
 def naive(rows: list[dict], args, tmp: Path) -> dict:

@@ -66,10 +66,11 @@ class CleanSession(RankSession):
 
     def fill(self, cmd: Fill) -> FillReport:
         """A round's fresh inputs (its own key, the round's nonce: what :meth:`check_timed`
-        recomputes from) written into its own staged buffers, and into those of the candidate's that
-        lie in the candidate's device memory, through their IPC handles, the candidate stopped. The
-        parent copies the rest from these buffers (host memory) itself. With ``keep``: the inputs of
-        every round of ``nonces``, kept where the parent copies them from."""
+        recomputes from), for the side about to run, the candidate stopped: into its own staged
+        buffers; or, with ``candidate``, made in buffers of their own and written into the
+        candidate's staged tensors in the candidate's device memory through their IPC handles (the
+        parent copies the rest from where this reports them). With ``keep``: the inputs of every
+        round of ``nonces`` made at once and kept, for the parent to copy (host memory only)."""
         if self._staged is None or len(self._staged) != cmd.k:
             raise StepFailed(Status.RUNTIME_ERROR.value, f"fill: no inputs of {cmd.k} calls staged")
         self._phase("fill")
@@ -79,23 +80,26 @@ class CleanSession(RankSession):
             return FillReport(written=0, kept=[[layout(canonical(args)) for args in calls] for calls in self._kept])
         if len(cmd.nonces) != 1:
             raise StepFailed(Status.RUNTIME_ERROR.value, f"fill: one round's nonce, not {len(cmd.nonces)}")
-        copy_into(self._staged, self._call_inputs(cmd.base_seeds, cmd.nonces[0], ns, own=False))
-        written = 0
-        if cmd.candidate and self._peer and self.device.type == "cuda":
-            written = self._write_peer()
+        if not cmd.candidate:
+            copy_into(self._staged, self._call_inputs(cmd.base_seeds, cmd.nonces[0], ns, own=False))
+            self._sync()
+            return FillReport(written=0)
+        # not into its own buffers: they hold its last region's inputs until the round is checked
+        self._kept = [self._call_inputs(cmd.base_seeds, cmd.nonces[0], ns)]
+        written = self._write_peer(self._kept[0]) if self._peer and self.device.type == "cuda" else 0
         self._sync()
-        return FillReport(written=written)
+        return FillReport(written=written, kept=[[layout(canonical(args)) for args in self._kept[0]]])
 
-    def _write_peer(self) -> int:
-        """Its staged tensors copied into the candidate's where those lie in the candidate's exported
-        device allocations (the parent checked at staging that each has the same dtype and shape)."""
+    def _write_peer(self, calls: list[tuple]) -> int:
+        """The tensors of ``calls`` copied into the candidate's staged ones that lie in its exported
+        device allocations (the parent checked at staging that each fits the reference's)."""
         allocations = self._peer.get("allocations") or {}
         entries = [e for call in self._peer.get("inputs") or [] for e in call]
-        mine = [t for args in self._staged for t in tensors(canonical(args))]
+        mine = [t for args in calls for t in tensors(canonical(args))]
         if len(entries) != len(mine):
-            raise StepFailed(Status.RUNTIME_ERROR.value, f"the candidate staged {len(entries)} input tensors, the reference {len(mine)}")
-        remote = set(in_allocations(entries, allocations))
-        pairs = [(entry_span(entries[i]), mine[i]) for i in sorted(remote)]
+            raise StepFailed(Status.RUNTIME_ERROR.value,
+                             f"the candidate staged {len(entries)} input tensors, the reference {len(mine)}")
+        pairs = [(entry_span(entries[i]), mine[i]) for i in in_allocations(entries, allocations)]
         if any(not t.is_cuda or span[1] != t.numel() * t.element_size() for span, t in pairs):
             raise StepFailed(Status.RUNTIME_ERROR.value, "the candidate's staged inputs do not fit the reference's")
         if pairs:
