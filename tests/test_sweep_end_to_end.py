@@ -144,7 +144,9 @@ def test_sweep_on_shipped_set(shipped):
 
     df = read_results(shipped.results)
     got = {(r.problem_id, r.sample_index): r.status for r in df.itertuples()}
-    assert len(df) == len(SHIPPED) and got == expected
+    why = {(r.problem_id, r.sample_index): (r.status, r.message) for r in df.itertuples() if got[r.problem_id, r.sample_index]
+           != expected.get((r.problem_id, r.sample_index))}
+    assert len(df) == len(SHIPPED) and got == expected, why
     assert df["sample_key"].is_unique
     correct = df[df["status"] == "correct"]
     assert correct["speedup"].notna().all() and (correct["sol_fraction"] > 0).all()
