@@ -106,6 +106,7 @@ class RoundDriver:
         # rank -> the candidate's device allocations exported so far (base -> [size, IPC handle])
         self.allocations = allocations if allocations is not None else {}
         self.keys = keys.as_wire() if keys is not None else {}  # the sample's inputs' secrets (pkb_ray.keys)
+        self.clean_keys = keys.for_clean() if keys is not None else {}  # and the timed calls': clean sets only
         self.base_seeds = base_seeds  # make_inputs seeds of the base sets every timed call's inputs come from
         self.deadline = deadline
         self._bracket_us = 0.0  # of the last step: from resuming its set to seeing it stopped again
@@ -245,7 +246,7 @@ class RoundDriver:
                 self.allocations.setdefault(rank, {}).update(rep.handles)
                 staged[rank] = rep.inputs
                 peer[str(rank)] = {"inputs": rep.inputs, "allocations": self.allocations[rank]}
-        cmd = Stage(case=self.case, side=Side.REF, k=k, base_seeds=self.base_seeds, graph=graph, keys=self.keys,
+        cmd = Stage(case=self.case, side=Side.REF, k=k, base_seeds=self.base_seeds, graph=graph, keys=self.clean_keys,
                     peer=peer)
         outcome = self._step(Side.REF, cmd, f"staging the reference's {mode} inputs")
         self._copies, self._kept, self._kept_from = {}, {}, 0
@@ -280,7 +281,7 @@ class RoundDriver:
                 nbytes = max(1, max(sum(entry_span(e)[1] for e in c.reference) for c in self._host.values()))
                 ahead = nonces[i:i + max(1, KEEP_BYTES // nbytes)]
                 cmd = Fill(case=self.case, k=k, nonces=ahead, base_seeds=self.base_seeds, graph=graph,
-                           candidate=self.ranks is not None, keys=self.keys, keep=True)
+                           candidate=self.ranks is not None, keys=self.clean_keys, keep=True)
                 outcome = self._step(Side.REF, cmd, f"making the inputs of {what} and the {len(ahead) - 1} after")
                 self._kept = {rank: [[e for call in rnd for e in call] for rnd in rep.kept]
                               for rank, rep in outcome.reports.items()}
@@ -288,7 +289,7 @@ class RoundDriver:
             return all(self._copy(rank, [self._kept[rank][i - self._kept_from][j] for j in copies.indexes], copies,
                                   side, what) for rank, copies in self._host.items())
         cmd = Fill(case=self.case, k=k, nonces=[nonces[i]], base_seeds=self.base_seeds, graph=graph,
-                   candidate=side is Side.CAND, keys=self.keys)
+                   candidate=side is Side.CAND, keys=self.clean_keys)
         outcome = self._step(Side.REF, cmd, f"filling the inputs of {what} ({side.value})")
         if side is Side.REF:
             return True
@@ -344,7 +345,7 @@ class RoundDriver:
                               self.allocations.get(rank))
         if remote:
             cmd = CheckTimed(case=self.case, picks=remote, base_seeds=self.base_seeds, actual_dir=str(self.kept_dir),
-                             tolerance=self.tol, keys=self.keys)
+                             tolerance=self.tol, keys=self.clean_keys)
             outcome = self._step(Side.REF, cmd, f"checking calls of {region.mode} round {i}")
             for rank, report in outcome.reports.items():
                 self.timing.checks.setdefault(rank, []).extend(report.checks)

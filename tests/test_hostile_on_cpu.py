@@ -74,6 +74,8 @@ def _copy(problems, index: int = 1) -> Sample:
         ("reduces_without_communicating.py", Status.WRONG_OUTPUT, "trial seed="),
         # ranks that tell each other their keys: a timed call's inputs come from a nonce no rank gets
         ("shares_keys_with_peers.py", Status.WRONG_OUTPUT, "timed call gave a wrong answer"),
+        # ... and they derive from keys no rank of the sample gets: a rank cannot predict even its own
+        ("predicts_its_timed_inputs.py", Status.CORRECT, ""),
         # staged input buffers: the trusted side writes only into ones that fit the reference's ...
         ("forges_staged_inputs.py", Status.TAMPERING, "not where its rank said they lie"),
         # ... and where the rank said: inputs written elsewhere leave its real buffers stale

@@ -18,7 +18,8 @@ from pkb_ray import formats
 from pkb_ray.correctness import (aliases, compare_call, copy_tree, entry_span, in_allocations, layout, output_devices,
                                  rebuild, structure, tensors)
 from pkb_ray.names import Status
-from pkb_ray.runner.graphs import copy_into
+from pkb_ray.keys import TIMED
+from pkb_ray.runner.graphs import copy_into, same_layout
 from pkb_ray.runner import tensor_io
 from pkb_ray.runner.protocol import Side, StepFailed, tensor_file
 from pkb_ray.runner.resident import BUDGET_BYTES, Resident, nbytes
@@ -41,6 +42,7 @@ class CleanSession(RankSession):
         self._importer = None  # opens a candidate's device allocations (CUDA IPC), on a GPU
         self._peer: dict | None = None  # where the candidate's rank of this number staged its inputs
         self._kept: list = []  # rounds' inputs made ahead (Fill with keep), until the next fill
+        self._secret = False  # whether timed inputs come from the timed calls' keys (stage)
 
     def steps(self) -> dict[type[Command], Callable[[Any], Report]]:
         return {ComputeReference: self.reference, CheckTrials: self.check_trials, CheckTimed: self.check_timed,
@@ -62,7 +64,12 @@ class CleanSession(RankSession):
         same number staged its own (``peer``: checked by the parent against these)."""
         self._peer = cmd.peer.get(str(self.rank)) or None
         self._kept = []
-        return super().stage(cmd)
+        report = super().stage(cmd)
+        # timed inputs from the keys no candidate's rank holds, where their base sets fit the staged
+        # buffers (shapes and plain values that do not depend on the seed); else from the rank's
+        self._secret = f"{TIMED}{self.rank}" in self.keys and all(
+            same_layout(a, b) for a, b in zip(self._base_sets(cmd.base_seeds), self._base_sets(cmd.base_seeds, True)))
+        return report
 
     def fill(self, cmd: Fill) -> FillReport:
         """A round's fresh inputs (its own key, the round's nonce: what :meth:`check_timed`
@@ -76,16 +83,16 @@ class CleanSession(RankSession):
         self._phase("fill")
         ns = list(range(cmd.k))
         if cmd.keep:
-            self._kept = [self._call_inputs(cmd.base_seeds, nonce, ns) for nonce in cmd.nonces]
+            self._kept = [self._call_inputs(cmd.base_seeds, nonce, ns, timed=self._secret) for nonce in cmd.nonces]
             return FillReport(written=0, kept=[[layout(canonical(args)) for args in calls] for calls in self._kept])
         if len(cmd.nonces) != 1:
             raise StepFailed(Status.RUNTIME_ERROR.value, f"fill: one round's nonce, not {len(cmd.nonces)}")
         if not cmd.candidate:
-            copy_into(self._staged, self._call_inputs(cmd.base_seeds, cmd.nonces[0], ns, own=False))
+            copy_into(self._staged, self._call_inputs(cmd.base_seeds, cmd.nonces[0], ns, own=False, timed=self._secret))
             self._sync()
             return FillReport(written=0)
         # not into its own buffers: they hold its last region's inputs until the round is checked
-        self._kept = [self._call_inputs(cmd.base_seeds, cmd.nonces[0], ns)]
+        self._kept = [self._call_inputs(cmd.base_seeds, cmd.nonces[0], ns, timed=self._secret)]
         written = self._write_peer(self._kept[0]) if self._peer and self.device.type == "cuda" else 0
         self._sync()
         return FillReport(written=written, kept=[[layout(canonical(args)) for args in self._kept[0]]])
@@ -161,7 +168,7 @@ class CleanSession(RankSession):
         found = []
         for pick in cmd.picks:
             self._phase(f"check timed call {pick.id}")
-            inputs = self._call_inputs(cmd.base_seeds, pick.nonce, [pick.index])[0]
+            inputs = self._call_inputs(cmd.base_seeds, pick.nonce, [pick.index], timed=self._secret)[0]
             expected = self.problem.solution(*inputs)  # the inputs as the reference leaves them, too
             self._sync()
             path = tensor_file(Path(cmd.actual_dir), pick.id, self.rank)

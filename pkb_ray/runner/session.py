@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from pkb_ray.correctness import copy_tree, cuda_pointers, layout, output_devices
 from pkb_ray.runner.tensor_io import canonical
-from pkb_ray.keys import SHARED, derived
+from pkb_ray.keys import SHARED, TIMED, derived
 from pkb_ray.names import Status
 from pkb_ray.problem import DTYPES, InputContext, Problem, load_problem
 from pkb_ray.runner.graphs import Captured, capture_calls, same_layout
@@ -44,7 +44,7 @@ class RankSession:
         self.problems: dict[str, Problem] = {}
         self.keys: dict[str, int] = {}
         self._held: Any = None  # outputs and inputs of the last step's calls, until the next step
-        self._base: tuple | None = None  # (key, base input sets of the timed calls)
+        self._base: dict[bool, tuple] = {}  # timed keys? -> (key, base input sets of the timed calls)
         self._graph: Captured | None = None  # the side's k calls captured (graph timing mode)
         self._exporter = None  # the IPC handles of the device allocations its tensors lie in (CUDA only)
         self._staged: list[tuple] | None = None  # the timed calls' inputs, as the trusted side fills them (stage)
@@ -186,28 +186,33 @@ class RankSession:
     def _graph_key(self, k: int) -> tuple:
         return (id(self.problem), self.dtype_name, json.dumps(self.size, sort_keys=True), k)
 
-    def _call_inputs(self, base_seeds: list[int], nonce: int, ns: list[int], own: bool = True) -> list[tuple]:
+    def _call_inputs(self, base_seeds: list[int], nonce: int, ns: list[int], own: bool = True,
+                     timed: bool = False) -> list[tuple]:
         """The inputs of timed calls ``ns`` of the region with ``nonce`` (see
         :func:`pkb_ray.timing.fresh_inputs`), made in one batched pass per base set. Without ``own``
-        the calls may share memory: only for copying into a graph's buffers or comparing layouts."""
-        sets, made = self._base_sets(base_seeds), {}
+        the calls may share memory: only for copying into a graph's buffers or comparing layouts.
+        With ``timed``: from the timed calls' keys (a clean rank's, :mod:`pkb_ray.keys`)."""
+        sets, made = self._base_sets(base_seeds, timed), {}
         for s, base in enumerate(sets):
             mine = [n for n in ns if n % len(sets) == s]
             fresh = fresh_calls(base, nonce, mine, own) if mine else []
-            made.update(zip(mine, fresh if fresh is not None else [self._inputs(call_seed(nonce, n)) for n in mine]))
+            made.update(zip(mine, fresh if fresh is not None else [self._inputs(call_seed(nonce, n), timed)
+                                                                    for n in mine]))
         return [made[n] for n in ns]
 
-    def _base_sets(self, base_seeds: list[int]) -> list[tuple]:
+    def _base_sets(self, base_seeds: list[int], timed: bool = False) -> list[tuple]:
         key = (id(self.problem), self.dtype_name, json.dumps(self.size, sort_keys=True), tuple(base_seeds),
                tuple(sorted(self.keys.items())))
-        if self._base is None or self._base[0] != key:  # drawn once per sample (per problem in a clean set)
-            self._base = (key, [self._inputs(s) for s in base_seeds])
-        return self._base[1]
+        if self._base.get(timed, (None,))[0] != key:  # drawn once per sample (per problem in a clean set)
+            self._base[timed] = (key, [self._inputs(s, timed) for s in base_seeds])
+        return self._base[timed][1]
 
-    def _inputs(self, seed: int) -> tuple:
+    def _inputs(self, seed: int, timed: bool = False) -> tuple:
         """The inputs labelled ``seed``: drawn from this rank's secret and the shared one where the
-        command carried them (pkb_ray.keys), else from ``seed`` itself."""
-        own, shared = self.keys.get(str(self.rank)), self.keys.get(SHARED)
+        command carried them (pkb_ray.keys; with ``timed``, the timed calls' pair), else from
+        ``seed`` itself."""
+        prefix = TIMED if timed else ""
+        own, shared = self.keys.get(f"{prefix}{self.rank}"), self.keys.get(f"{prefix}{SHARED}")
         ctx = InputContext(size=self.size, rank=self.rank, world_size=self.world_size,
                            dtype=DTYPES[self.dtype_name], device=self.device,
                            seed=seed if own is None else derived(own, seed),
