@@ -152,14 +152,12 @@ class Freezer:
             # a signalled thread stops only once it is scheduled: on a busy machine, looking at
             # once would take the CPU it needs
             time.sleep(STOP_POLL_S)
-            if self._leaders_stopped():
-                cpu = self._all_stopped()
-                if cpu is not None:
-                    found = [p for p in descendants(self.root) if p not in self._known]
-                    if not found:
-                        self._cpu = cpu
-                        return True
-                    self._stop(found)
+            if self._leaders_stopped() and self._all_stopped():
+                found = [p for p in descendants(self.root) if p not in self._known]
+                if not found:
+                    self._cpu = self._cpu_times()
+                    return True
+                self._stop(found)
             if time.monotonic() > deadline:
                 return False
 
@@ -187,20 +185,20 @@ class Freezer:
         """Whether the first thread of every known process shows stopped (or gone): one read a process."""
         return all(task_state(pid, str(pid)) in STOPPED_STATES | {""} for pid in self._known)
 
-    def _all_stopped(self) -> dict[tuple[int, str], int] | None:
-        """One pass over every task of every known process: each task's CPU time when each is
-        stopped or gone, else None, and what still runs is signalled again (it may have been
-        resumed since). A time is read just after its task was seen stopped: a task resumed
-        later in the pass gains CPU time after it, which :meth:`ran_while_frozen` finds."""
-        cpu, still = {}, set()
-        for pid in self._known:
-            for tid in tasks(pid):
-                if task_state(pid, tid) not in STOPPED_STATES | {""}:
-                    still.add(pid)
-                elif (ns := cpu_ns(pid, tid)) is not None:
-                    cpu[(pid, tid)] = ns
+    def _all_stopped(self) -> bool:
+        """One pass over every task of every known process: True when each is stopped or gone.
+        What still runs is signalled again (it may have been resumed since)."""
+        still = {pid for pid in self._known for tid in tasks(pid)
+                 if task_state(pid, tid) not in STOPPED_STATES | {""}}
         self._stop(list(still))
-        return None if still else cpu
+        return not still
+
+    def _cpu_times(self) -> dict[tuple[int, str], int]:
+        """Every task's CPU time, read after the pass that proved them stopped: a task shows as
+        stopped a moment before the switch away from it books its last slice (up to a scheduler
+        tick), so a time read in that pass could be short by a tick's worth."""
+        return {(pid, tid): ns for pid in self._known for tid in tasks(pid)
+                if (ns := cpu_ns(pid, tid)) is not None}
 
     def ran_while_frozen(self) -> str:
         """Why some task of the set ran since the freeze was proven ("" when none did): call it

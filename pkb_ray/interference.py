@@ -7,8 +7,9 @@ times: the same regions (mode, calls per region) timed with no candidate alive. 
 whose rounds the reference's median per call, on some rank, exceeds the baseline's by more than
 both :data:`FLOOR` and :data:`NOISE_SIGMAS` standard errors of the two medians (from their
 rounds' spread) was slowed. The harness then measures the baseline again (the machine may have
-changed) and, if the sample still stands out, evaluates it once more; slowed again, it is
-``tampering``, with both figures in the message. Pure: no processes.
+changed) and, if the sample still stands out, evaluates it once more; slowed again, against that
+baseline and one more measured then, it is ``tampering``, with both figures in the message. Pure:
+no processes.
 """
 
 from __future__ import annotations
