@@ -113,7 +113,6 @@ class RoundDriver:
         self._arrived_us = {}  # of the last step: rank -> from resuming its set to its report
         self._stopped: dict[int, bool] = {}  # id(rank set) -> seen stopped since its last step
         self._pending: list[Pick] = []  # the round's picks the parent compares at its end
-        self.clean_allocations: dict[int, dict[str, list]] = {}  # the clean ranks' exported device allocations
         self._copies: dict[int, Copies] = {}  # rank -> its staged tensors in host memory, on both sides
         self._host: dict[int, Copies] = {}  # the same, where every staged tensor lies in host memory
         self._kept: dict[int, list[list[list[int]]]] = {}  # rank -> rounds' inputs made ahead (where they lie)
@@ -252,18 +251,17 @@ class RoundDriver:
         self._copies, self._kept, self._kept_from = {}, {}, 0
         self._host = {}  # rank -> its clean rank's staged tensors, when every one lies in host memory
         for rank, rep in outcome.reports.items():
-            self.clean_allocations.setdefault(rank, {}).update(rep.handles)
-            self._host[rank] = Copies.of(rep.inputs, self.clean_allocations[rank], rep.inputs)
+            self._host[rank] = Copies.of(rep.inputs, rep.on_device, rep.inputs)
         if any(len(c.reference) < sum(map(len, outcome.reports[r].inputs)) for r, c in self._host.items()):
             self._host = {}  # some lie in device memory: a fill step a round
         for rank, rep in outcome.reports.items():
             if rank not in staged:
                 continue
-            why = misfit(rep.inputs, self.clean_allocations[rank], staged[rank], self.allocations.get(rank))
+            why = misfit(rep.inputs, rep.on_device, staged[rank], self.allocations.get(rank))
             if why:
                 self.timing.misplaced, self.timing.what = f"rank {rank}: {why}", f"staging the {mode} inputs"
                 return False
-            self._copies[rank] = Copies.of(rep.inputs, self.clean_allocations[rank], staged[rank])
+            self._copies[rank] = Copies.of(rep.inputs, rep.on_device, staged[rank])
             if self._host:
                 self._host[rank] = self._copies[rank]
         return True
@@ -458,7 +456,8 @@ class RoundDriver:
         if outcome is None:
             return None
         for rank, rep in outcome.reports.items():
-            (self.allocations if side is Side.CAND else self.clean_allocations).setdefault(rank, {}).update(rep.handles)
+            if side is Side.CAND:
+                self.allocations.setdefault(rank, {}).update(rep.handles)
         return Region(side=side, k=k, bracket_us=self._bracket_us, reports=outcome.reports, nonce=nonce,
                       mode=mode, arrived_us=self._arrived_us)
 

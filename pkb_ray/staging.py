@@ -24,9 +24,12 @@ from pkb_ray.correctness import in_allocations
 Layouts = list[list[list[int]]]  # per call, the layout of its inputs
 
 
-def misfit(reference: Layouts, reference_allocations: dict | None, candidate: Layouts,
+def misfit(reference: Layouts, reference_on_device: list[list[bool]] | None, candidate: Layouts,
            candidate_allocations: dict | None) -> str:
-    """Why the candidate's staged inputs do not fit the reference's ("" when they do)."""
+    """Why the candidate's staged inputs do not fit the reference's ("" when they do). Which of the
+    reference's lie in device memory its clean rank says (``reference_on_device``, trusted: a
+    long-lived clean rank exported its allocations in earlier samples); the candidate's are in
+    device memory where they lie in the allocations it exported."""
     if len(candidate) != len(reference):
         return f"{len(candidate)} calls' inputs staged, expected {len(reference)}"
     for n, (ref, cand) in enumerate(zip(reference, candidate)):
@@ -35,7 +38,7 @@ def misfit(reference: Layouts, reference_allocations: dict | None, candidate: La
         for i, (r, c) in enumerate(zip(ref, cand)):
             if not (isinstance(c, list) and c and isinstance(c[0], int) and c[1:] == r[1:]):
                 return f"call {n}, input tensor {i}: staged as {c[1:] if isinstance(c, list) else c!r}, expected {r[1:]}"
-        on_device = set(in_allocations(ref, reference_allocations))
+        on_device = {i for i, flag in enumerate((reference_on_device or [[]] * len(reference))[n]) if flag}
         theirs = set(in_allocations(cand, candidate_allocations))
         for i in range(len(ref)):
             if (i in on_device) != (i in theirs):
@@ -54,10 +57,10 @@ class Copies:
     indexes: list[int]  # their places among all staged tensors (the calls' in order)
 
     @classmethod
-    def of(cls, reference: Layouts, reference_allocations: dict | None, candidate: Layouts) -> "Copies":
+    def of(cls, reference: Layouts, reference_on_device: list[list[bool]] | None, candidate: Layouts) -> "Copies":
         """From layouts that fit (:func:`misfit`): every tensor not in device memory."""
         ref = [e for call in reference for e in call]
         cand = [e for call in candidate for e in call]
-        on_device = set(in_allocations(ref, reference_allocations))
+        on_device = {i for i, flag in enumerate(f for call in (reference_on_device or []) for f in call) if flag}
         keep = [i for i in range(len(ref)) if i not in on_device]
         return cls([ref[i] for i in keep], [cand[i] for i in keep], keep)

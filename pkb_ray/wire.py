@@ -114,6 +114,7 @@ class RegionReport(Report):
 @record
 class StageReport(Report):
     inputs: list[Layout]  # per timed call, where its staged inputs lie
+    on_device: list[list[bool]] = field(default_factory=list)  # per call, per tensor: in device memory
     handles: Allocations = field(default_factory=dict)  # the device allocations exported since the last report
 
 

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from pkb_ray.correctness import copy_tree, cuda_pointers, layout, output_devices
+from pkb_ray.correctness import copy_tree, cuda_pointers, layout, output_devices, tensors
 from pkb_ray.runner.tensor_io import canonical
 from pkb_ray.keys import SHARED, TIMED, derived
 from pkb_ray.names import Status
@@ -143,7 +143,8 @@ class RankSession:
             sets = self._base_sets(cmd.base_seeds)
             self._staged = [copy_tree(sets[n % len(sets)]) for n in range(cmd.k)]
         self._export(self._staged)
-        return StageReport(inputs=[layout(canonical(args)) for args in self._staged], handles=self.exported())
+        return StageReport(inputs=[layout(canonical(args)) for args in self._staged], handles=self.exported(),
+                           on_device=[[t.is_cuda for t in tensors(canonical(args))] for args in self._staged])
 
     def exported(self) -> dict[str, list]:
         return self._exporter.take_new() if self._exporter is not None else {}
