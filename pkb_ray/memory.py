@@ -13,6 +13,7 @@ CPU tensors only: a GPU's memory is read by the clean rank on that device instea
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Callable
@@ -47,14 +48,27 @@ def host_pids(root: int, inner: dict[int, int]) -> dict[int, int]:
     return found
 
 
-def read_entries(pid: int, entries: list[list[int]]) -> list[bytes]:
-    """The bytes each layout entry of process ``pid`` covers."""
+@contextlib.contextmanager
+def _memory(pid: int, flags: int, doing: str):
+    """``/proc/PID/mem`` of ``pid`` open with ``flags``; any failure inside is :class:`Unreadable`."""
     try:
-        fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+        fd = os.open(f"/proc/{pid}/mem", flags)
     except OSError as exc:
         raise Unreadable(f"cannot open the memory of process {pid}: {exc.strerror}") from None
     try:
-        out = []
+        yield fd
+    except Unreadable:
+        raise
+    except OSError as exc:
+        raise Unreadable(f"{doing} process {pid} at a reported address: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def read_entries(pid: int, entries: list[list[int]]) -> list[bytes]:
+    """The bytes each layout entry of process ``pid`` covers."""
+    out = []
+    with _memory(pid, os.O_RDONLY, "reading") as fd:
         for entry in entries:
             start, size = entry_span(entry)
             if not 0 <= size <= MAX_READ_BYTES:
@@ -63,35 +77,19 @@ def read_entries(pid: int, entries: list[list[int]]) -> list[bytes]:
             if len(data) != size:
                 raise Unreadable(f"{size} bytes at {start:#x}: only {len(data)} there")
             out.append(data)
-        return out
-    except OSError as exc:
-        if isinstance(exc, Unreadable):
-            raise
-        raise Unreadable(f"reading process {pid} at a reported address: {exc.strerror}") from None
-    finally:
-        os.close(fd)
+    return out
 
 
 def write_entries(pid: int, entries: list[list[int]], blobs: list[bytes]) -> None:
     """``blobs`` written into process ``pid``'s memory, each at its layout entry (of the same size):
     the trusted side filling a rank's staged inputs while its set is stopped."""
-    try:
-        fd = os.open(f"/proc/{pid}/mem", os.O_WRONLY)
-    except OSError as exc:
-        raise Unreadable(f"cannot open the memory of process {pid}: {exc.strerror}") from None
-    try:
+    with _memory(pid, os.O_WRONLY, "writing") as fd:
         for entry, blob in zip(entries, blobs, strict=True):
             start, size = entry_span(entry)
             if size != len(blob):
                 raise Unreadable(f"{len(blob)} bytes for a tensor of {size} at {start:#x}")
             if size and os.pwrite(fd, blob, start) != size:
                 raise Unreadable(f"{size} bytes at {start:#x}: not all written")
-    except OSError as exc:
-        if isinstance(exc, Unreadable):
-            raise
-        raise Unreadable(f"writing process {pid} at a reported address: {exc.strerror}") from None
-    finally:
-        os.close(fd)
 
 
 def write_capture(path: Path, read: Callable[[list[list[int]]], list[bytes]], outputs: list[list[int]],
