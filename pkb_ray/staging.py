@@ -42,8 +42,9 @@ def misfit(reference: Layouts, reference_on_device: list[list[bool]] | None, can
         theirs = set(in_allocations(cand, candidate_allocations))
         for i in range(len(ref)):
             if (i in on_device) != (i in theirs):
-                return (f"call {n}, input tensor {i}: staged in {'host' if i in on_device else 'device'} memory, "
-                        f"expected {'device' if i in on_device else 'host'} memory")
+                said = "outside every device allocation its rank exported" if i in on_device else "in device memory"
+                return (f"call {n}, input tensor {i}: staged {said}, expected "
+                        f"{'device' if i in on_device else 'host'} memory")
     return ""
 
 

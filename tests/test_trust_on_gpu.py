@@ -26,7 +26,10 @@ CASES = [  # sample, the status it must get, a phrase of its message
     ("cheats_after_early_checks.py", Status.WRONG_OUTPUT, "timed call gave a wrong answer"),  # class 5
     ("in_place_while_timed.py", Status.WRONG_OUTPUT, "shares memory with an input"),  # class 6
     ("writes_its_input_while_timed.py", Status.WRONG_OUTPUT, "changed by the call"),  # class 6
-    ("misdirects_staged_inputs.py", Status.WRONG_OUTPUT, "timed call gave a wrong answer"),  # staged inputs
+    # staged inputs said to lie in a decoy: on a GPU the decoy's memory is one its rank never exported
+    # (the trusted side could not write there), which is tampering; where it could, the answers are wrong
+    ("misdirects_staged_inputs.py", (Status.TAMPERING, Status.WRONG_OUTPUT),
+     ("outside every device allocation", "timed call gave a wrong answer")),
 ]
 
 
@@ -48,8 +51,9 @@ def _sample(name: str) -> Sample:
 @pytest.mark.parametrize("name, status, needle", CASES)
 def test_what_the_trusted_side_reads_catches_it(harness, name, status, needle):
     result = harness.evaluate(_sample(name))
-    assert result.status == status, result.message
-    assert needle in result.message, result.message
+    statuses, needles = (status, needle) if isinstance(status, tuple) else ((status,), (needle,))
+    assert result.status in statuses, result.message
+    assert needles[statuses.index(result.status)] in result.message, result.message
 
 
 def test_work_after_the_runners_clock_is_counted_on_gpu(harness, problems):  # class 3

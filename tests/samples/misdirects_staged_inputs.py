@@ -17,7 +17,9 @@ def _misdirect() -> None:
 
     def stage(self, cmd):
         report = real(self, cmd)
-        self._decoy = [torch.empty(int(e[1]) + 64, dtype=torch.float32) for call in report.inputs for e in call]
+        device = "cuda" if torch.cuda.is_available() else "cpu"  # where the real inputs lie: a decoy beside them
+        self._decoy = [torch.empty(int(e[1]) + 64, dtype=torch.float32, device=device)
+                       for call in report.inputs for e in call]
         moved = iter(self._decoy)
         return replace(report, inputs=[[[next(moved).data_ptr(), *e[1:]] for e in call] for call in report.inputs])
 

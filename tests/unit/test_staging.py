@@ -40,7 +40,7 @@ def test_a_count_a_shape_or_a_dtype_that_differs_does_not():
 def test_host_and_device_memory_must_match_the_reference():
     candidate = cand(offset=0x90000)
     theirs = {str(0x90000): [0x180, "bb"]}  # holds only its first call's tensors
-    assert "staged in host memory, expected device" in misfit(REF, DEVICE, candidate, theirs)
+    assert "staged outside every device allocation its rank exported, expected device" in misfit(REF, DEVICE, candidate, theirs)
     assert "staged in device memory, expected host" in misfit(REF, None, candidate, theirs)
     everything = {str(0x90000): [0x10000, "bb"]}
     assert misfit(REF, DEVICE, candidate, everything) == ""
