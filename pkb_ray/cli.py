@@ -3,6 +3,7 @@
     pkb-ray sweep [group=option ...]         # python -m pkb_ray.sweep (Hydra; -m for a sweep)
     pkb-ray baselines [group=option ...]     # python -m pkb_ray.baselines
     pkb-ray report RUN [RUN ...] --out DIR   # one page over runs, results or multirun folders
+    pkb-ray serve [group=option ...]         # the reward service for RL trainers (docs/serve.md)
     pkb-ray submit [--address URL] [group=option ...] # a sweep as a Ray Job; results on s3:// etc.
     pkb-ray compare A B [--out DIR] [--alpha 0.05] # B against A, with intervals; exit 1 on a regression
     pkb-ray prompt problem=ID [backend=B ...] # what a model is asked for a problem
@@ -23,6 +24,7 @@ EXAMPLES = """examples:
   pkb-ray sweep hardware=h200_2 ray=cluster              # 2 GPUs, NCCL (eval follows: gpu), join a cluster
   pkb-ray sweep problems=smoke model.limit_per_problem=1 # a partial run: one sample per problem
   pkb-ray sweep -m model=replay,kernels backend=cuda,all # a sweep: one job per combination
+  pkb-ray serve                                          # http://127.0.0.1:8000/v1/verify, on the embedded default
   pkb-ray report multirun/<date>/<time> --out report/
   pkb-ray submit --key-file '~/.pkb_ray/openai_key' hardware=h200_8 results_dir=s3://bucket/runs/x
   pkb-ray compare outputs/<old run> outputs/<new run> --out compare/
@@ -65,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         from pkb_ray.summary.cli import main as report
 
         return report(rest)
+    if command == "serve":
+        from pkb_ray.serve.main import main as serve
+
+        return serve(rest)
     if command == "submit":
         from pkb_ray.submit import main as submit
 

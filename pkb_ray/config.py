@@ -284,6 +284,38 @@ class WandbConfig(_Strict):
                                            "(wandb-workspaces reports API)")
 
 
+class RewardConfig(_Strict):
+    """How a served verdict becomes a reward (pkb_ray.serve.reward; docs/serve.md#reward)."""
+
+    kind: Literal["speedup", "binary", "fast"] = Field(
+        "speedup", description="speedup: 0 unless correct, then correct_reward rising with the speedup to 1 at "
+        "speedup_cap (log scale); binary: 1 if correct, else 0; fast: 1 if correct and faster than fast_p, "
+        "correct_reward if only correct, else 0")
+    correct_reward: float = Field(0.2, ge=0, le=1, description="the reward of a correct sample with no speedup")
+    speedup_cap: float = Field(4.0, gt=1, description="speedup at which the reward reaches 1 (kind speedup)")
+    fast_p: float = Field(1.0, gt=0, description="the speedup a sample must beat for kind fast")
+    failure: float = Field(0.0, le=0, description="the reward of any sample that is not correct")
+
+
+class ServeConfig(_Strict):
+    """``pkb-ray serve``: the reward service (docs/serve.md)."""
+
+    host: str = Field("127.0.0.1", description="the address it listens on; any other than loopback needs a token")
+    port: int = Field(8000, ge=0, le=65535)
+    token_file: str | None = Field(None, description="a file holding the bearer token every request must carry")
+    token_env: str = Field("PKB_RAY_SERVE_TOKEN", description="the environment variable holding it (token_file "
+                                                              "first)")
+    dir: str = Field("outputs/serve", description="the service's folder: results/ (Parquet, as a sweep's) and logs; "
+                                                  "verdicts stored there answer repeated samples after a restart")
+    model: str = Field("served", description="the model name of served results whose request names none")
+    max_pending: int = Field(256, ge=1, description="requests waiting or being evaluated; more are answered 429")
+    deadline_s: float = Field(600.0, gt=0, description="a request's deadline unless it sets deadline_s: 504 after")
+    max_source_bytes: int = Field(256 * 1024, ge=1, description="a larger source is answered 413")
+    max_batch: int = Field(512, ge=1, description="most items in one verify_batch")
+    compile_workers: int = Field(2, ge=1, description="CPU actors building CUDA sources while gangs evaluate")
+    reward: RewardConfig = RewardConfig()
+
+
 class _SweepFields(_Strict):
     """The sweep's own sections and keys; :data:`SweepConfig` adds each format's section."""
 
@@ -294,6 +326,7 @@ class _SweepFields(_Strict):
     hardware: HardwareConfig = HardwareConfig()
     ray: RayConfig = RayConfig()
     wandb: WandbConfig = WandbConfig()
+    serve: ServeConfig = ServeConfig()
     problems_dir: str | None = Field(None, description="None: the problems/ folder of this checkout")
     output_dir: str = "."
     results_dir: str | None = Field(None, description="None: <output_dir>/results. Name a folder (or a URI: "

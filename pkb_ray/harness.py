@@ -54,7 +54,7 @@ from pkb_ray.runner import tensor_io
 from pkb_ray.runner.protocol import tensor_file
 from pkb_ray.runner.extensions import arch_list
 from pkb_ray.schema import Result, Sample, TrialRecord, Where
-from pkb_ray.timing import median_iqr, sample_time, speedup
+from pkb_ray.timing import median_iqr, sample_time, speedup, speedup_interval
 from pkb_ray.verdict import Evidence, StepView, Verdict, interfered, judge
 from pkb_ray.wire import Case, ChecksReport, Failure, RunTrials, Tol
 
@@ -402,9 +402,12 @@ class Harness:
                                                                              "hbm_bytes")}) if traced else None
         sol_us = sol_time_us(problem, knobs, len(self.devices), dtype, self.hardware, nodes=self.nodes,
                              traffic=traffic) or None
+        spread = speedup_interval(*([g.us_per_call for g in timing.of(mode) if g.side is side]
+                                    for side in (Side.REF, Side.CAND)))
         return dict(trials=trials, ref_median_us=[m for m, _ in ref], ref_iqr_us=[q for _, q in ref],
                     cand_median_us=[m for m, _ in cand], cand_iqr_us=[q for _, q in cand],
                     ref_time_us=ref_t, cand_time_us=cand_t, speedup=speedup(ref_t, cand_t),
+                    speedup_lo=spread[0] if spread else None, speedup_hi=spread[1] if spread else None,
                     sol_time_us=sol_us, sol_fraction=sol_us / cand_t if sol_us and cand_t > 0 else None,
                     sol_source=("traced" if traffic else "model") if sol_us else "",
                     timed_seconds=timing.seconds, timing_mode=mode,

@@ -63,15 +63,34 @@ def read_results(out_dir: str | Path | Folder):
     """Every row under ``out_dir`` (a folder or URI) as a pandas DataFrame (partition columns as plain strings)."""
     import pandas as pd
 
+    table = _table(out_dir)
+    if table is None:
+        return pd.DataFrame(columns=RESULT_SCHEMA.names)
+    df = table.to_pandas()
+    return df.assign(nodes=df["nodes"].fillna(1).astype(int), round=df["round"].fillna(0).astype(int))
+
+
+def read_result_records(out_dir: str | Path | Folder) -> list[Result]:
+    """Every row under ``out_dir`` as a :class:`~pkb_ray.schema.Result` (columns a file lacks: defaults)."""
+    table = _table(out_dir)
+    if table is None:
+        return []
+    out = []
+    for row in table.to_pylist():
+        row["versions"] = dict(row["versions"] or [])
+        row["phase_seconds"] = dict(row["phase_seconds"] or [])
+        out.append(Result.model_validate({k: v for k, v in row.items() if v is not None}))
+    return out
+
+
+def _table(out_dir: str | Path | Folder) -> "pa.Table | None":
     folder = Folder.of(out_dir)
     files = folder.files(".parquet")
     if not files:
-        return pd.DataFrame(columns=RESULT_SCHEMA.names)
+        return None
     # the current schema: files written before a column existed read it as null
-    table = ds.dataset([folder.join(f) for f in files], filesystem=folder.fs, format="parquet",
-                       partitioning=_PARTITIONING, partition_base_dir=folder.path, schema=RESULT_SCHEMA).to_table()
-    df = table.to_pandas()
-    return df.assign(nodes=df["nodes"].fillna(1).astype(int), round=df["round"].fillna(0).astype(int))
+    return ds.dataset([folder.join(f) for f in files], filesystem=folder.fs, format="parquet",
+                      partitioning=_PARTITIONING, partition_base_dir=folder.path, schema=RESULT_SCHEMA).to_table()
 
 
 def newest(df):

@@ -113,6 +113,8 @@ class _ResultFields(BaseModel):
     ref_time_us: float | None = None  # slowest rank's median
     cand_time_us: float | None = None
     speedup: float | None = None  # ref_time_us / cand_time_us
+    speedup_lo: float | None = None  # its 95 % interval from the spread of the rounds (timing.speedup_interval)
+    speedup_hi: float | None = None
     sol_time_us: float | None = None  # speed-of-light lower bound for this problem/size/hardware
     sol_fraction: float | None = None  # sol_time_us / cand_time_us
     sol_source: str = ""  # "model": the problem's own bound; "traced": estimated from one reference call
@@ -226,6 +228,8 @@ RESULT_SCHEMA = pa.schema(
         ("ref_time_us", pa.float64()),
         ("cand_time_us", pa.float64()),
         ("speedup", pa.float64()),
+        ("speedup_lo", pa.float64()),
+        ("speedup_hi", pa.float64()),
         ("sol_time_us", pa.float64()),
         ("sol_fraction", pa.float64()),
         ("sol_source", pa.string()),

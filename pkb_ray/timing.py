@@ -203,3 +203,26 @@ def sample_time(per_rank_median_us: Sequence[float]) -> float:
 
 def speedup(ref_us: float, cand_us: float) -> float:
     return ref_us / cand_us if cand_us > 0 else float("inf")
+
+
+SPEEDUP_RESAMPLES = 1000
+
+
+def speedup_interval(ref_us: Sequence[float], cand_us: Sequence[float], level: float = 0.95,
+                     seed: int = 0) -> tuple[float, float] | None:
+    """A 95 % interval of one sample's speedup from the spread of its rounds: the rounds are resampled
+    in pairs (reference round i with candidate round i, timed one beside the other, so drift of the
+    machine moves both), and the ratio of the sides' medians is taken on each draw (percentile
+    bootstrap, seeded: the same rounds give the same interval). None under 2 pairs: one round says
+    nothing of its spread."""
+    import numpy as np
+
+    n = min(len(ref_us), len(cand_us))
+    if n < 2:
+        return None
+    ref, cand = np.asarray(ref_us[:n], dtype=float), np.asarray(cand_us[:n], dtype=float)
+    picks = np.random.default_rng(seed).integers(0, n, size=(SPEEDUP_RESAMPLES, n))
+    ratios = np.median(ref[picks], axis=1) / np.maximum(np.median(cand[picks], axis=1), 1e-12)
+    tail = 100 * (1 - level) / 2
+    lo, hi = np.percentile(ratios, [tail, 100 - tail])
+    return float(lo), float(hi)

@@ -221,3 +221,19 @@ def test_a_measured_median_and_a_ratio_of_medians_have_intervals_from_the_measur
     # one measurement on a side: no spread to resample, no interval
     assert all(map(math.isnan, intervals.measured_median([40.0, None])))
     assert all(map(math.isnan, intervals.ratio_of_medians([100.0], one)))
+
+
+def test_speedup_interval_from_the_rounds_spread():
+    """One sample's speedup interval: it holds the point estimate, widens with noisier rounds, is
+    seeded (the same rounds, the same interval), and is None with fewer than 2 rounds."""
+    from pkb_ray.timing import speedup_interval
+
+    rng = np.random.default_rng(1)
+    ref = 100 + rng.normal(0, 1, 20)
+    quiet = speedup_interval(ref, 50 + rng.normal(0, 0.5, 20))
+    noisy = speedup_interval(ref, 50 + rng.normal(0, 10, 20))
+    assert quiet[0] < 2.0 < quiet[1]
+    assert noisy[1] - noisy[0] > 3 * (quiet[1] - quiet[0])
+    assert speedup_interval(ref, ref) == (1.0, 1.0)  # identical rounds: no spread
+    assert speedup_interval(list(ref), list(ref * 2)) == speedup_interval(list(ref), list(ref * 2))
+    assert speedup_interval([100.0], [50.0]) is None

@@ -8,8 +8,9 @@ from conftest import REPO
 
 LAYERS = {  # 7 = the command, 6 = entry points ... 1 = pure data and rules
     7: ["cli"],
-    6: ["sweep", "baselines", "entry", "listing", "submit"],
-    5: ["pipeline", "refine", "tracking", "summary", "summary.run", "summary.tables", "summary.sizes",
+    6: ["sweep", "baselines", "entry", "listing", "submit", "serve.main", "serve.app"],
+    5: ["pipeline", "refine", "tracking", "serve.engine", "serve.answers", "serve.reward", "serve.adapters",
+        "serve.adapters.labels", "serve.adapters.verl", "serve.adapters.openrlhf", "summary", "summary.run", "summary.tables", "summary.sizes",
         "summary.figures", "summary.sections", "summary.render_html", "summary.render_markdown",
         "summary.render_text", "summary.render_wandb", "summary.render_wandb_report", "summary.pages", "summary.cli", "summary.publish",
         "summary.compare", "summary.render_compare"],
@@ -21,7 +22,7 @@ LAYERS = {  # 7 = the command, 6 = entry points ... 1 = pure data and rules
         "memory", "round_checks"],
     1: ["problem", "schema", "metrics", "intervals", "timing", "correctness", "config", "placement", "results", "samples",
         "selection", "verdict", "wire", "paths", "names", "scheduler", "interference", "deadlines", "formats",
-        "backend_rules", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.format",
+        "backend_rules", "serve", "serve.client", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.format",
         "pkb.settings", "pkb.verdict", "problem_helpers", "compose", "storage", "keys", "staging"],
 }
 PURE = [  # no Ray, no processes

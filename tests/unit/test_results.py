@@ -77,3 +77,17 @@ def test_the_sink_writes_within_a_second_and_the_rest_on_close(tmp_path):
 
 def test_an_empty_or_missing_folder_reads_as_no_rows(tmp_path):
     assert read_results(tmp_path / "nothing").empty and finished(tmp_path) == set()
+
+
+def test_result_records_read_back_as_written(tmp_path):
+    """read_result_records gives back the Results that were written, a file's missing columns as defaults."""
+    from pkb_ray.results import read_result_records, write_results
+
+    results = [Result.for_sample(Sample(problem_id="all_reduce", model="m", sample_index=i, source=f"s{i}"),
+                                 Status.CORRECT, speedup=1.5, versions={"pkb_ray": "x"}, world_size=2)
+               for i in range(3)]
+    write_results(results, tmp_path)
+    back = sorted(read_result_records(tmp_path), key=lambda r: r.sample_index)
+    assert [(r.sample_key, r.speedup, r.versions, r.status) for r in back] == \
+        [(r.sample_key, r.speedup, r.versions, r.status) for r in results]
+    assert back[0].speedup_lo is None and read_result_records(tmp_path / "none") == []
