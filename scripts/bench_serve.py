@@ -42,7 +42,7 @@ def percentiles(values: list[float]) -> dict[str, float]:
     return {"p50": at(0.5), "p95": at(0.95), "p99": at(0.99), "mean": round(statistics.fmean(ordered), 4)}
 
 
-def start(overrides: list[str], folder: Path) -> tuple[subprocess.Popen, str]:
+def start(overrides: list[str], folder: Path, ready_timeout_s: float) -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -55,14 +55,15 @@ def start(overrides: list[str], folder: Path) -> tuple[subprocess.Popen, str]:
     def read() -> None:
         for line in proc.stdout:
             lines.append(line)
+            print(f"[service] {line}", end="", file=sys.stderr, flush=True)  # a start that hangs says where
             if line.startswith("pkb_ray serve: http://"):
                 ready.set()
+        ready.set()  # it exited
 
     threading.Thread(target=read, daemon=True).start()
-    if not ready.wait(600):
-        proc.kill()
+    if not ready.wait(ready_timeout_s) or proc.poll() is not None:
+        os.killpg(proc.pid, signal.SIGKILL)
         raise SystemExit("the service did not start:\n" + "".join(lines[-40:]))
-    print(next(x for x in lines if x.startswith("pkb_ray serve:")).strip(), file=sys.stderr)
     return proc, f"http://127.0.0.1:{port}"
 
 
@@ -94,6 +95,7 @@ def main() -> int:
     ap.add_argument("--concurrency", default="1,16")
     ap.add_argument("--hits", type=int, default=400)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--ready-timeout", type=float, default=300.0)
     ap.add_argument("overrides", nargs="*", help="pkb-ray serve overrides (after --)")
     args = ap.parse_args()
     from pkb_ray.problem import load_problems
@@ -102,7 +104,7 @@ def main() -> int:
     overrides = [*([f"problems_dir={args.problems_dir}"] if args.problems_dir else []), *args.overrides]
     out: dict = {"overrides": overrides, "problem": args.problem, "phases": []}
     with tempfile.TemporaryDirectory() as tmp:
-        proc, url = start(overrides, Path(tmp))
+        proc, url = start(overrides, Path(tmp), args.ready_timeout)
         try:
             out["health_at_start"] = httpx.get(url + "/healthz").json()
             for n, c in enumerate(int(x) for x in args.concurrency.split(",")):

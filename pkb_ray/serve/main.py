@@ -85,21 +85,42 @@ def start(cfg: SweepConfig, token: str | None) -> str:
     return f"http://{shown}:{cfg.serve.port}"
 
 
-def wait_ready(url: str, token: str | None, timeout_s: float = READY_TIMEOUT_S) -> dict:
-    """/healthz once a gang is ready (its figures), or RuntimeError at the timeout."""
-    deadline = time.monotonic() + timeout_s
+def wait_ready(url: str, timeout_s: float = READY_TIMEOUT_S, say_every_s: float = 30.0) -> dict:
+    """/healthz once a gang is ready (its figures). Says every ``say_every_s`` what it waits on;
+    RuntimeError with Serve's own message if the application fails to deploy, or at the timeout."""
+    start = last_said = time.monotonic()
     last = "no answer"
-    while time.monotonic() < deadline:
+    while time.monotonic() - start < timeout_s:
+        failed = deploy_failure()
+        if failed:
+            raise RuntimeError(f"the service failed to start: {failed}")
         try:
             with urllib.request.urlopen(f"{url}/healthz", timeout=5) as reply:
                 health = json.loads(reply.read())
             if health.get("gangs_ready"):
                 return health
-            last = f"gangs {health.get('gangs')}"
+            last = f"gangs {health.get('gangs') or 'not planned yet'}"
         except OSError as exc:
-            last = str(exc)
+            last = f"{url}/healthz: {exc}"
+        if time.monotonic() - last_said >= say_every_s:
+            last_said = time.monotonic()
+            print(f"pkb_ray serve: starting ({time.monotonic() - start:.0f} s): {last}", file=sys.stderr, flush=True)
         time.sleep(0.5)
     raise RuntimeError(f"the service did not become ready within {timeout_s:g} s ({last})")
+
+
+def deploy_failure() -> str:
+    """Serve's message where the application or its deployment failed ("" while it deploys or runs)."""
+    from ray import serve
+
+    app = serve.status().applications.get(APP_NAME)
+    if app is None:
+        return ""
+    bad = [f"{name}: {d.message}" for name, d in app.deployments.items()
+           if d.status.value in ("DEPLOY_FAILED", "UNHEALTHY") and d.message]
+    if app.status.value in ("DEPLOY_FAILED", "UNHEALTHY") or bad:
+        return "; ".join(bad) or app.message or app.status.value
+    return ""
 
 
 def stop() -> None:
@@ -130,7 +151,7 @@ def main(argv: list[str]) -> int:
     try:
         url = start(cfg, token)
         signal.signal(signal.SIGTERM, lambda *_: stopping.set())  # after Ray's start, which sets its own
-        health = wait_ready(url, token)
+        health = wait_ready(url)
         print(f"pkb_ray serve: {url} (API docs: {url}/docs; results: {cfg.results_dir}; "
               f"{health['gangs_ready']} gang(s) ready; {health['cached_verdicts']} stored verdicts). Ctrl-C stops it.",
               flush=True)
@@ -138,7 +159,7 @@ def main(argv: list[str]) -> int:
             pass
     except KeyboardInterrupt:
         pass
-    except ConfigError as exc:
+    except (ConfigError, RuntimeError) as exc:
         print(f"pkb-ray serve: {exc}", file=sys.stderr)
         return 2
     finally:
