@@ -7,13 +7,18 @@ try:
 except PackageNotFoundError:  # a checkout on PYTHONPATH, not installed
     __version__ = "0+checkout"
 
-__all__ = ["AsyncRewardClient", "RewardClient", "ServiceError", "__version__"]
+__all__ = ["AsyncRewardClient", "RewardClient", "ServiceError", "__version__", "compose_config", "load_problems",
+           "read_results", "run_sweep"]
+
+_HOMES = {"RewardClient": "pkb_ray.serve.client", "AsyncRewardClient": "pkb_ray.serve.client",
+          "ServiceError": "pkb_ray.serve.client", "run_sweep": "pkb_ray.api", "read_results": "pkb_ray.results",
+          "load_problems": "pkb_ray.problem", "compose_config": "pkb_ray.compose"}
 
 
 def __getattr__(name: str):
-    """The serve client, imported on first use (``import pkb_ray`` stays light)."""
-    if name in ("RewardClient", "AsyncRewardClient", "ServiceError"):
-        from pkb_ray.serve import client
+    """The API's names, each imported on first use (``import pkb_ray`` stays light)."""
+    if name in _HOMES:
+        import importlib
 
-        return getattr(client, name)
+        return getattr(importlib.import_module(_HOMES[name]), name)
     raise AttributeError(f"module 'pkb_ray' has no attribute {name!r}")

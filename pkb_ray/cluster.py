@@ -116,9 +116,10 @@ def announce_isolation(level: str) -> sandbox.Probe:
         raise ConfigError(f"eval.isolation: {exc}") from None
     line = f"isolation: {found.describe()}"
     weak = found.level is sandbox.Isolation.NONE or not found.caps_processes or not found.cgroup
-    print(("WARNING " if weak else "") + line, file=sys.stderr, flush=True)
-    if weak:
-        log.warning("%s (%s)", line, found.reason)
+    if weak:  # once, through the log (a run's logging writes it to the terminal and its log file)
+        log.warning("%s", line)
+    else:
+        print(line, file=sys.stderr, flush=True)
     return found
 
 

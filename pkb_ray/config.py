@@ -269,6 +269,8 @@ class RayConfig(_Strict):
     resources: Annotated[dict[str, float], NULL_IS_EMPTY] = Field(default_factory=dict,
                                                               description="custom resources of a local Ray")
     include_dashboard: bool = False
+    data_progress_bars: bool = Field(False, description="Ray Data's progress bars, one per operator, beside the "
+                                                        "run's own")
     max_gpus: int | None = Field(None, ge=1, description="most GPUs this run's gangs hold at once (a share of a "
                                                          "joined cluster); None: as many as are free")
 

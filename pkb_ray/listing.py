@@ -62,10 +62,14 @@ def table(rows: list[tuple[str, ...]], columns: tuple[str, ...] = COLUMNS) -> st
     return "\n".join([line(columns), line(["-" * w for w in widths]), *map(line, rows)])
 
 
+def _usage() -> int:
+    print(__doc__.strip() + "\n\n" + "\n".join(f"  {k:9s} {v}" for k, v in WHAT.items()))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__.strip() + "\n\n" + "\n".join(f"  {k:9s} {v}" for k, v in WHAT.items()))
-        return 0
+        return _usage()
     what, rest = argv[0], argv[1:]
     if what == "groups":
         print(groups_help())
@@ -76,6 +80,8 @@ def main(argv: list[str]) -> int:
     categories, overrides = [], []
     it = iter(rest)
     for arg in it:
+        if arg in ("-h", "--help"):
+            return _usage()
         if arg == "--category":
             categories.append(next(it, ""))
         elif arg.startswith("--category="):

@@ -198,7 +198,10 @@ def sample_stream(rows: list[dict[str, Any]], cfg: SweepConfig, problems_dir: st
     settings = build_settings(cfg.hardware.arch, cfg.cache_path, cfg.eval.compile_timeout_s, cfg.eval.isolation,
                               private_paths(cfg), cfg.eval.inline_build_timeout_s)
     workers = cfg.eval.compile_workers or min(16, max(1, int(ray.cluster_resources().get("CPU", 1))))
-    ray.data.DataContext.get_current().enable_fallback_to_arrow_object_ext_type = True  # our records, pickled
+    context = ray.data.DataContext.get_current()
+    context.enable_fallback_to_arrow_object_ext_type = True  # our records, pickled
+    # the run has one progress bar (PipelineRun's); Ray Data's, one per operator, on request
+    context.enable_progress_bars = context.enable_operator_progress_bars = cfg.ray.data_progress_bars
     ds = ray.data.from_items([{"row": Row(r)} for r in rows])
     ds = ds.flat_map(expand_row, fn_kwargs={"cfg": cfg.model_dump(mode="json"), "problems_dir": problems_dir,
                                             "done": frozenset(done)})

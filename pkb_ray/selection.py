@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pkb_ray import formats
-from pkb_ray.config import ALL_PROBLEMS, ConfigError, HardwareConfig, SweepConfig
+from pkb_ray.config import ALL_PROBLEMS, ConfigError, HardwareConfig, SweepConfig, did_you_mean
 from pkb_ray.names import Backend
 from pkb_ray.paths import CODE_ROOT, CONF_DIR, DATA_ROOT
 from pkb_ray.problem import LADDER, Problem, load_problems
@@ -79,7 +79,8 @@ def check_against_problems(cfg: SweepConfig, problems: dict[str, Problem]) -> di
     """The problems this run covers; a config naming something they lack fails here, naming the key."""
     unknown = sorted(set(cfg.problems.ids or []) - set(problems))
     if unknown:
-        raise ConfigError(f"problems.ids: unknown problem id(s) {unknown}; known: {sorted(problems)}")
+        said = ", ".join(f"{u!r}{did_you_mean(u, problems)}" for u in unknown)
+        raise ConfigError(f"problems.ids: unknown problem id(s) {said} (pkb-ray ls problems lists them)")
     chosen = {i: p for i, p in problems.items() if not cfg.problems.ids or i in cfg.problems.ids}
     if cfg.problems.categories:
         chosen = {i: p for i, p in chosen.items() if p.meta.category in cfg.problems.categories}

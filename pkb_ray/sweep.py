@@ -74,7 +74,18 @@ def _evaluate_and_report(inputs: JobInputs, rows: list, out_dir: Path, tracker: 
     summary, page = publish(inputs.results_dir, out_dir, title, run_info={k: v for k, v in info.items() if v})
     tracker.log_results(summary, page, title)
     tracker.log_artifacts({"results": inputs.results_dir, "generated": inputs.generated_dir}, content_label(cfg))
+    print(where_it_went(inputs.results_dir, out_dir, tracker.where(), has_report=page is not None), flush=True)
     return summary.rows
+
+
+def where_it_went(results_dir, out_dir: Path, wandb_run: str | None, has_report: bool) -> str:
+    """The run's last lines: where each thing it wrote is."""
+    lines = [("results", str(results_dir))]
+    if has_report:
+        lines += [("report", str(out_dir / "report.html")), ("summary.json", str(out_dir / "summary.json"))]
+    if wandb_run:
+        lines.append(("W&B run", wandb_run))
+    return "\n".join(f"{name + ':':14s}{where}" for name, where in lines)
 
 
 def content_label(cfg: SweepConfig) -> str:

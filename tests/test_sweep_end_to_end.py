@@ -192,6 +192,13 @@ def test_sweep_on_shipped_set(shipped):
     assert 'id="leaderboard"' in page and page.count("<details id=") == len(SHIPPED)
     assert "sample us (median)" in page and "offline: " in page  # per-rank times; where the W&B run is
     assert "## Why samples fail" in (run_dir / "report.md").read_text()
+    # summary.json for machines, and the run's last lines saying where everything went
+    doc = json.loads((run_dir / "summary.json").read_text())
+    assert doc["scalars"]["pass@1"] == pytest.approx(expected_scores["pass@1"])
+    assert sum(doc["statuses"].values()) == len(SHIPPED)
+    tail = proc.stdout.strip().splitlines()[-4:]
+    assert [line.split(":")[0] for line in tail] == ["results", "report", "summary.json", "W&B run"], tail
+    assert tail[2].endswith(str(run_dir / "summary.json"))
 
 
 def test_the_same_sweep_again_skips_every_sample_and_writes_none_twice(shipped):

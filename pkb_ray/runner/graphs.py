@@ -12,6 +12,7 @@ class Captured:
 
     def __init__(self, graph: Any, inputs: list[tuple], outputs: list[Any], key: Any = None):
         self.graph, self.inputs, self.outputs, self.key = graph, inputs, outputs, key
+        self.output_layouts: list | None = None  # where the outputs lie, once a region has said it
 
     def load(self, calls: list[tuple]) -> None:
         """Copy a region's fresh inputs into the buffers the graph reads."""

@@ -48,6 +48,7 @@ class RankSession:
         self._graph: Captured | None = None  # the side's k calls captured (graph timing mode)
         self._exporter = None  # the IPC handles of the device allocations its tensors lie in (CUDA only)
         self._staged: list[tuple] | None = None  # the timed calls' inputs, as the trusted side fills them (stage)
+        self._staged_layouts: list[list] = []  # where they lie, as the stage reported
 
     def steps(self) -> dict[type[Command], Callable[[Any], Report]]:
         """The commands this kind of set obeys, and the method that runs each."""
@@ -103,8 +104,24 @@ class RankSession:
             gc.enable()
         self._held = (outs, calls) if cmd.hold else None
         # both sides say where (the same work inside the parent's bracket), though only a candidate's are read
-        placed = self.placed(outs, calls) if cmd.hold else []
+        placed = self._placed_region(outs, calls, cmd.staged, captured) if cmd.hold else []
         return RegionReport(us=us, calls=placed, devices=output_devices(outs[0]), handles=self.exported())
+
+    def _placed_region(self, outs: list[Any], calls: list[Any], staged: bool, captured: Any) -> list[list]:
+        """:meth:`placed` for a timed region, without describing again what has not moved: staged
+        inputs lie where the stage said (and were exported then); a graph's outputs lie where its
+        capture put them. This work is inside the parent's bracket, once a call, on both sides."""
+        if not staged:
+            return self.placed(outs, calls)
+        if captured is None:
+            out_layouts = [layout(canonical(out)) for out in outs]
+            self._export(outs)
+        else:
+            if captured.output_layouts is None:
+                captured.output_layouts = [layout(canonical(out)) for out in outs]
+                self._export(outs)
+            out_layouts = captured.output_layouts
+        return [[o, i] for o, i in zip(out_layouts, self._staged_layouts)]
 
     def placed(self, outs: list[Any], calls: list[Any]) -> list[list]:
         """Where each call's outputs and inputs lie (layouts); on a GPU their allocations exported
@@ -143,7 +160,8 @@ class RankSession:
             sets = self._base_sets(cmd.base_seeds)
             self._staged = [copy_tree(sets[n % len(sets)]) for n in range(cmd.k)]
         self._export(self._staged)
-        return StageReport(inputs=[layout(canonical(args)) for args in self._staged], handles=self.exported(),
+        self._staged_layouts = [layout(canonical(args)) for args in self._staged]
+        return StageReport(inputs=self._staged_layouts, handles=self.exported(),
                            on_device=[[t.is_cuda for t in tensors(canonical(args))] for args in self._staged])
 
     def exported(self) -> dict[str, list]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pkb_ray.results import newest, read_results
 from pkb_ray.storage import Folder, is_remote
-from pkb_ray.summary import pages, render_html, render_text
+from pkb_ray.summary import pages, render_html, render_json, render_text
 from pkb_ray.summary.run import RunSummary
 
 log = logging.getLogger("pkb_ray")
@@ -31,10 +31,11 @@ def publish(results_dir: Path | str, out_dir: Path, title: str,
         return summary, None
     stamp = pages.now()
     html_path, md_path = pages.write(summary, out_dir, title=title, stamp=stamp)
-    log.info("report: %s (and %s)", html_path, md_path.name)
+    json_path = render_json.write(summary, out_dir, title)
+    log.info("report: %s (and %s, %s)", html_path, md_path.name, json_path.name)
     if is_remote(results_dir):
         out_dir = Path(out_dir)
-        names = [html_path, md_path, *(p for p in (out_dir / render_html.SOURCES).rglob("*") if p.is_file())]
+        names = [html_path, md_path, json_path, *(p for p in (out_dir / render_html.SOURCES).rglob("*") if p.is_file())]
         folder = Folder.of(results_dir)
         folder.upload(out_dir, REPORT_BESIDE_RESULTS, [str(p.relative_to(out_dir)) for p in names])
         log.info("report: %s (and report.md)", folder.where(f"{REPORT_BESIDE_RESULTS}/report.html"))

@@ -8,11 +8,11 @@ from conftest import REPO
 
 LAYERS = {  # 7 = the command, 6 = entry points ... 1 = pure data and rules
     7: ["cli"],
-    6: ["sweep", "baselines", "entry", "listing", "submit", "serve.main", "serve.app"],
+    6: ["sweep", "baselines", "entry", "listing", "submit", "serve.main", "serve.app", "api"],
     5: ["pipeline", "refine", "tracking", "serve.engine", "serve.answers", "serve.reward", "serve.adapters",
         "serve.adapters.labels", "serve.adapters.verl", "serve.adapters.openrlhf", "summary", "summary.run", "summary.tables", "summary.sizes",
         "summary.figures", "summary.sections", "summary.render_html", "summary.render_markdown",
-        "summary.render_text", "summary.render_wandb", "summary.render_wandb_report", "summary.pages", "summary.cli", "summary.publish",
+        "summary.render_text", "summary.render_json", "summary.render_wandb", "summary.render_wandb_report", "summary.pages", "summary.cli", "summary.publish",
         "summary.compare", "summary.render_compare"],
     4: ["stages.compile", "stages.gang_pool", "stages.generate", "stages.validate", "llm", "prompt", "telemetry"],
     3: ["gang", "cluster", "spread", "harness", "references", "rounds", "rank_pool", "ranks", "problem_check", "zygote"],

@@ -282,3 +282,17 @@ def test_a_size_sweeps_reference_time_has_an_interval_over_its_measurements():
     assert "95 %" in NOTES["sizes"]
     svg = figures.sizes(table)
     assert "shaded: 95 %" in svg
+
+
+def test_summary_json_holds_the_headline_figures_and_tables(tmp_path):
+    """summary.json: what the text table shows, for machines (a CI gate reads pass@1 from it)."""
+    import json
+
+    from pkb_ray.summary import render_json
+
+    summary = summary_of(12, tmp_path)
+    doc = json.loads(render_json.write(summary, tmp_path, "t").read_text())
+    assert doc["scalars"]["pass@1"] == pytest.approx(summary.scalars["pass@1"])
+    assert doc["statuses"] == {k: int(v) for k, v in summary.statuses.items()}
+    assert len(doc["per_problem"]) == len(summary.per_problem) and doc["overall"][0]["model"]
+    assert "NaN" not in (tmp_path / "summary.json").read_text()  # nothing to score is null, valid JSON
