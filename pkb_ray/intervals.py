@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Sequence
 
 import numpy as np
@@ -107,9 +108,34 @@ def log_geomean(r: Resamples, values: np.ndarray) -> np.ndarray:
 
 def median(r: Resamples, values: np.ndarray) -> np.ndarray:
     """Per draw: the median of the drawn positive values, pooled over problems (as :func:`log_geomean`)."""
-    if r.index.shape[1] == 0:  # a group without samples (all refused by the hardware): no median
-        return np.full(r.draws, np.nan)
-    drawn = np.sort(np.nan_to_num(_positive(values), nan=np.inf)[r.index], axis=1)  # NaN last, as inf
+    return median_of(_positive(values)[r.index])
+
+
+def drawn_speedups(r: Resamples, speedups, log_spread=None, seed: int = SEED + 2) -> np.ndarray:
+    """(draws, samples): each draw's samples' speedups (NaN where none). With ``log_spread`` (each
+    sample's timing noise: the standard deviation of its log speedup over its rounds), every drawn
+    sample's speedup is also moved by a factor exp(N(0, spread)) of its own: the second level of a
+    hierarchical bootstrap, samples drawn from the run and each sample's time from its rounds."""
+    drawn = _positive(speedups)[r.index]
+    if log_spread is None:
+        return drawn
+    spread = np.nan_to_num(np.asarray(log_spread, dtype=float), nan=0.0, posinf=0.0)[r.index]
+    return drawn * np.exp(spread * np.random.default_rng(seed).standard_normal(drawn.shape))
+
+
+def log_spread(lo, hi, level: float = 0.95) -> np.ndarray:
+    """A sample's log-speedup standard deviation from its ``level`` interval [lo, hi] (normal on the
+    log scale); NaN where it has none."""
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    lo, hi = _positive(lo), _positive(hi)
+    return (np.log(hi) - np.log(lo)) / (2 * z)
+
+
+def median_of(drawn: np.ndarray) -> np.ndarray:
+    """Per row of ``drawn`` (draws, samples): the median of its finite values; NaN for a row of none."""
+    if drawn.shape[1] == 0:  # a group without samples (all refused by the hardware): no median
+        return np.full(drawn.shape[0], np.nan)
+    drawn = np.sort(np.where(np.isfinite(drawn), drawn, np.inf), axis=1)  # NaN last, as inf
     count = np.isfinite(drawn).sum(axis=1)
     rows = np.arange(len(drawn))
     low, high = drawn[rows, np.maximum(count - 1, 0) // 2], drawn[rows, count // 2 - (count == 0)]

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import warnings
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -58,6 +59,7 @@ import pandas as pd
 from pkb_ray import intervals
 from pkb_ray.names import Status
 
+MIN_SAMPLES = 2  # a group's figure from fewer samples has no interval ("n/a")
 FAST_P_THRESHOLDS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)  # KernelBench's fast_p, p = 0 is "correct"
 CURVE_THRESHOLDS = tuple(round(0.1 * i, 1) for i in range(31))  # fast_p@1 against p: 0 to 3, KernelBench's among them
 PROBLEM_KEY = ("model", "problem_id")  # the unit pass@k is estimated on
@@ -205,12 +207,24 @@ def _bootstrap(samples: pd.DataFrame, sizes: list[int], ps: Sequence[float]) -> 
     correct = (samples["status"] == Status.CORRECT.value).to_numpy()
     speedup = samples["speedup"].astype(float).where(correct).to_numpy()
     sol = samples["sol_fraction"].astype(float).where(correct).to_numpy()
-    draws = {fast_col(p): intervals.share(r, speedup > p) for p in ps}  # NaN > p: False
-    draws["geomean_speedup"] = np.exp(intervals.log_geomean(r, speedup))
-    draws["median_speedup"] = intervals.median(r, speedup)
+    spread = (intervals.log_spread(samples["speedup_lo"], samples["speedup_hi"])
+              if "speedup_lo" in samples and "speedup_hi" in samples else None)
+    drawn = intervals.drawn_speedups(r, speedup, spread)  # samples, and each one's time from its rounds
+    with np.errstate(invalid="ignore"):
+        draws = {fast_col(p): (drawn > p) @ r.weight for p in ps}  # NaN > p: False
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a draw without a speedup: NaN
+            draws["geomean_speedup"] = np.exp(np.nanmean(np.log(drawn), axis=1))
+        draws["median_speedup"] = intervals.median_of(drawn)
+        timed = (drawn > 0).sum(axis=1)
+        draws["faster_share"] = np.where(timed > 0, (drawn > 1).sum(axis=1) / np.maximum(timed, 1), np.nan)
     draws["median_sol_fraction"] = intervals.median(r, sol)
-    draws["faster_share"] = intervals.pooled_share(r, speedup > 1, speedup > 0)  # NaN > 0: False
-    return {name: list(zip((f"{name}_lo", f"{name}_hi"), intervals.interval(d))) for name, d in draws.items()}
+    # one sample (or one timed, correct one) says nothing of the spread across samples: no interval
+    few = {fast_col(p): len(samples) < MIN_SAMPLES for p in ps}
+    few.update(dict.fromkeys(("geomean_speedup", "median_speedup", "faster_share", "median_sol_fraction"),
+                             int(np.isfinite(speedup).sum()) < MIN_SAMPLES))
+    return {name: list(zip((f"{name}_lo", f"{name}_hi"), (math.nan, math.nan) if few[name] else intervals.interval(d)))
+            for name, d in draws.items()}
 
 
 def _faster_share(correct_speedups: Iterable[float | None]) -> float:

@@ -80,9 +80,12 @@ def with_se(value, se, show=None) -> str:
 
 
 def with_interval(value, lo, hi, show=None) -> str:
-    """A figure and its interval, ``1.07 [0.95, 1.21]`` (no interval when there is none)."""
+    """A figure and its interval, ``1.07 [0.95, 1.21]``; ``1.07 [n/a]`` when it has none (too few
+    samples or measurements to say how far it could be off)."""
     show = show or fmt
-    return show(value) if _missing(lo) or _missing(value) else f"{show(value)} [{show(lo)}, {show(hi)}]"
+    if _missing(value):
+        return show(value)
+    return f"{show(value)} [n/a]" if _missing(lo) else f"{show(value)} [{show(lo)}, {show(hi)}]"
 
 
 def fold(df: pd.DataFrame) -> pd.DataFrame:

@@ -329,3 +329,23 @@ def test_each_size_of_a_sweep_is_its_own_answer_and_its_own_problem():
     # a results folder holding two dtypes of one problem: each dtype a problem of its own too
     both = pd.DataFrame([dict(rows[0], dtype=d, sample_index=0, round=0) for d in ("float32", "bfloat16")])
     assert sorted(as_scored(both)["problem_id"]) == ["p bfloat16", "p float32"]
+
+
+def test_speedup_intervals_include_each_samples_timing_noise_and_are_na_below_two_samples():
+    """The median speedup's interval combines the spread across samples with each sample's own
+    timing spread (its rounds' interval); one sample gives no interval at all."""
+    def frame(n, lo, hi, speedup=1.2):
+        return pd.DataFrame({"model": "m", "problem_id": [f"p{i % 3}" for i in range(n)], "status": "correct",
+                             "speedup": speedup, "sol_fraction": 0.5, "speedup_lo": lo, "speedup_hi": hi})
+
+    quiet = summarize(frame(9, 1.2, 1.2), ["model"]).iloc[0]
+    noisy = summarize(frame(9, 0.9, 1.6), ["model"]).iloc[0]
+    assert quiet["median_speedup_lo"] == quiet["median_speedup_hi"] == pytest.approx(1.2)  # no spread anywhere
+    assert noisy["median_speedup_lo"] < 1.2 < noisy["median_speedup_hi"]  # the same samples, noisy rounds
+    assert noisy["median_speedup"] == pytest.approx(1.2)  # the point estimate is the samples' own
+    one = summarize(frame(1, 0.9, 1.6), ["model"]).iloc[0]
+    assert one["median_speedup"] == pytest.approx(1.2) and math.isnan(one["median_speedup_lo"])
+    assert math.isnan(one["fast_1.0@1_lo"])
+    from pkb_ray.summary.sections import with_interval
+
+    assert with_interval(1.2, math.nan, math.nan) == "1.2 [n/a]"
