@@ -136,7 +136,7 @@ def compare_main(argv: list[str] | None = None) -> int:
     import sys
 
     from pkb_ray.summary import render_compare
-    from pkb_ray.summary.compare import ALPHA, compare
+    from pkb_ray.summary.compare import ALPHA, MIN_EFFECT, MIN_SPEEDUP_EFFECT, compare
 
     ap = argparse.ArgumentParser(prog="pkb-ray compare", description="B against A, per model and problem: the "
                                  "change in pass@1, fast_1.0@1 and geomean speedup with 95 % intervals; exits 1 "
@@ -145,6 +145,10 @@ def compare_main(argv: list[str] | None = None) -> int:
     ap.add_argument("b", help="the candidate, the same")
     ap.add_argument("--out", type=Path, help="folder for compare.html and compare.md")
     ap.add_argument("--alpha", type=float, default=ALPHA, help="family-wise error rate of the flags (gatekeeping)")
+    ap.add_argument("--min-effect", type=float, default=MIN_EFFECT,
+                    help="a drop in pass@1 or fast_1.0@1 smaller than this (absolute) is no regression")
+    ap.add_argument("--min-speedup-effect", type=float, default=MIN_SPEEDUP_EFFECT,
+                    help="a geomean slowdown smaller than this fraction is no regression")
     args = ap.parse_args(argv)
     if not 0 < args.alpha < 1:
         print(f"error: --alpha must lie in (0, 1), got {args.alpha}", file=sys.stderr)
@@ -156,7 +160,7 @@ def compare_main(argv: list[str] | None = None) -> int:
         except UnreadableRun as exc:
             print(f"error: run {side} ({exc.path}): {exc.reason}", file=sys.stderr)
             return 2
-    result = compare(*runs, alpha=args.alpha)
+    result = compare(*runs, alpha=args.alpha, min_effect=args.min_effect, min_speedup_effect=args.min_speedup_effect)
     print(render_compare.text(result))
     if result.table.empty:
         return 2

@@ -40,7 +40,11 @@ Both are exact in small samples (one correct sample a side can never be signific
 bootstrap is not.
 
 Regression: rejected by the gatekeeping procedure below at ``alpha`` *and* the interval lies
-entirely below 0 (below 1 for the ratio). The procedure (:func:`gatekeeping`): one family of the
+entirely beyond the minimum effect: its upper end below -``min_effect`` for the rates (an absolute
+share, :data:`MIN_EFFECT`), below 1 - ``min_speedup_effect`` for the speedup ratio
+(:data:`MIN_SPEEDUP_EFFECT`). A change smaller than that, however certain, is "no change": the
+same code run twice differs by more than its intervals say (a machine's state between runs), as
+docs/statistics.md measures. The procedure (:func:`gatekeeping`): one family of the
 ``ALL`` rows (a hypothesis per model x metric), and under each of them the family of that model's
 per-problem rows for that metric. The ``ALL`` hypotheses share ``alpha`` (``alpha / K`` each); a
 family of per-problem rows is tested only once its ``ALL`` row is rejected, with the share that
@@ -71,6 +75,8 @@ from pkb_ray.summary.run import RunSummary
 PERMUTATIONS = 2000
 EXACT_PAIRS = 16  # paired: up to this many non-zero differences, all 2^m sign patterns
 ALPHA = 0.05
+MIN_EFFECT = 0.05  # pass@1, fast_1.0@1: a drop of less than 5 points is no regression
+MIN_SPEEDUP_EFFECT = 0.10  # geomean speedup B/A: nor is a slowdown of less than 10 % (docs/statistics.md)
 EPSILON = 1e-6  # the graph's edge from a per-problem row to the other ALL rows (used once its family is done)
 ALL = "ALL"  # the row over a model's problems both runs have
 METRICS = ("pass@1", "fast_1.0@1", "speedup")  # speedup: geomean B / A
@@ -91,6 +97,8 @@ class Comparison:
     alpha: float
     only_a: list[str] = field(default_factory=list)
     only_b: list[str] = field(default_factory=list)
+    min_effect: float = MIN_EFFECT
+    min_speedup_effect: float = MIN_SPEEDUP_EFFECT
 
     @property
     def regressions(self) -> pd.DataFrame:
@@ -109,7 +117,8 @@ def _frame(rows: pd.DataFrame) -> pd.DataFrame:
                          "speedup": speedup.where(correct & (speedup > 0))})
 
 
-def compare(a: RunSummary | pd.DataFrame, b: RunSummary | pd.DataFrame, alpha: float = ALPHA) -> Comparison:
+def compare(a: RunSummary | pd.DataFrame, b: RunSummary | pd.DataFrame, alpha: float = ALPHA,
+            min_effect: float = MIN_EFFECT, min_speedup_effect: float = MIN_SPEEDUP_EFFECT) -> Comparison:
     """``a`` and ``b``: runs, or their scored final rows (a :class:`RunSummary`'s ``rows``).
 
     Columns of the table: model, problem, ``test`` (paired or unpaired), ``n A``, ``n B``; per metric
@@ -135,11 +144,11 @@ def compare(a: RunSummary | pd.DataFrame, b: RunSummary | pd.DataFrame, alpha: f
         rows += [row(model, p, [x], [y]) for p, x, y in zip(problems, ga, gb)] + [row(model, ALL, ga, gb)]
     table = pd.DataFrame(rows, columns=COLUMNS[:-1])
     if len(table):
-        _flag(table, alpha)
+        _flag(table, alpha, min_effect, min_speedup_effect)
     else:
         table["regressed"] = []
     name = lambda keys: [f"{m} / {p}" for m, p in sorted(keys)]  # noqa: E731
-    return Comparison(table, alpha, name(keys_a - keys_b), name(keys_b - keys_a))
+    return Comparison(table, alpha, name(keys_a - keys_b), name(keys_b - keys_a), min_effect, min_speedup_effect)
 
 
 def _same_samples(ga: list[pd.DataFrame], gb: list[pd.DataFrame]) -> bool:
@@ -300,9 +309,10 @@ def gatekeeping(gates: Sequence[float], families: Sequence[Sequence[float]],
     return out_gates, out_families
 
 
-def _flag(table: pd.DataFrame, alpha: float) -> None:
+def _flag(table: pd.DataFrame, alpha: float, min_effect: float, min_speedup_effect: float) -> None:
     """The ``regressed`` column: rejected by :func:`gatekeeping` (a gate per model x metric, over its
-    ALL row) and the interval below 0 (below 1 for the ratio)."""
+    ALL row) and the interval beyond the minimum effect (below -min_effect; the ratio's below
+    1 - min_speedup_effect)."""
     gates, families, where = [], [], []
     for model in table["model"].unique():
         rows = table.index[table["model"] == model]
@@ -318,6 +328,7 @@ def _flag(table: pd.DataFrame, alpha: float) -> None:
     for (m, top, under), gate, family in zip(where, gate_rejected, family_rejected):
         rejected |= {(top, m)} if gate else set()
         rejected |= {(i, m) for i, r in zip(under, family) if r}
-    below = {"pass@1": lambda i: table.at[i, "Δ pass@1_hi"] < 0, "fast_1.0@1": lambda i: table.at[i, "Δ fast_1.0@1_hi"] < 0,
-             "speedup": lambda i: table.at[i, "speedup B/A_hi"] < 1}
+    below = {"pass@1": lambda i: table.at[i, "Δ pass@1_hi"] < -min_effect,
+             "fast_1.0@1": lambda i: table.at[i, "Δ fast_1.0@1_hi"] < -min_effect,
+             "speedup": lambda i: table.at[i, "speedup B/A_hi"] < 1 - min_speedup_effect}
     table["regressed"] = [" ".join(m for m in METRICS if (i, m) in rejected and below[m](i)) for i in table.index]

@@ -24,8 +24,9 @@ def _note(c: Comparison) -> str:
             f"problems both runs have a correct, timed sample of (unpaired: other sources); [lo, hi]: 95 % bootstrap "
             f"interval. Regressed: a one-sided permutation test (paired: signs flipped; unpaired: labels shuffled, "
             f"within problems) rejected at alpha={c.alpha} by gatekeeping (the ALL rows share alpha; a model's "
-            f"per-problem rows are tested only under its rejected ALL row), and the interval below 0 (below 1 for "
-            f"the ratio); see docs/statistics.md.")
+            f"per-problem rows are tested only under its rejected ALL row), and the whole interval beyond the "
+            f"minimum effect (a drop of more than {c.min_effect:g} in a rate, a slowdown of more than "
+            f"{100 * c.min_speedup_effect:g} %); a smaller change is no change. See docs/statistics.md.")
 
 
 def tests_used(c: Comparison) -> str:
@@ -39,7 +40,9 @@ _WHY = {PAIRED: "both runs evaluated the same sources", UNPAIRED: "the runs' sou
 
 def verdict(c: Comparison) -> str:
     n = len(c.regressions)
-    return f"{n} significant regression(s)" if n else "no significant regression"
+    return (f"{n} significant regression(s)" if n else
+            f"no change beyond the minimum effect ({c.min_effect:g} in a rate, {100 * c.min_speedup_effect:g} % in "
+            f"speedup): no regression")
 
 
 def text(c: Comparison) -> str:

@@ -213,3 +213,20 @@ def test_gatekeeping_holds_the_family_wise_error_where_every_gate_is_a_real_regr
     nothing = sum(any(gatekeeping(rng.uniform(size=3), [rng.uniform(size=8) for _ in range(3)], ALPHA)[0])
                   for _ in range(reps))  # no regression anywhere: a gate is rejected at most at alpha
     assert nothing / reps <= ALPHA + 3 * np.sqrt(ALPHA * (1 - ALPHA) / reps)
+
+
+def test_a_certain_but_small_change_is_no_change():
+    """The same sources, every speedup 7 % lower in B (what one machine's drift between two runs of
+    the same code gives): certain, but under the minimum effect, so no regression; 30 % lower is one;
+    and with no minimum effect the 7 % drop is flagged (the rule's other half still works)."""
+    a = run(3, speed=1.3, generation=1)
+    slower = lambda f: summary_of([Result.for_sample(  # noqa: E731
+        Sample(problem_id=r.problem_id, model=r.model, sample_index=r.sample_index, source=r.source),
+        Status(r.status), "", world_size=2, hardware="h200_2", category="collective",
+        speedup=r.speedup * f if r.speedup == r.speedup and r.speedup else None)
+        for r in a.rows.itertuples()])
+    small, large = compare(a, slower(0.93)), compare(a, slower(0.70))
+    assert small.table.iloc[-1]["speedup B/A_hi"] < 1.0  # certain: the whole interval below 1
+    assert len(small.regressions) == 0 and "no regression" in text(small)
+    assert "speedup" in large.regressions["regressed"].iloc[-1]
+    assert len(compare(a, slower(0.93), min_speedup_effect=0.0).regressions) > 0
