@@ -14,7 +14,8 @@ want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
-[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+say() { echo "setup: $*" >&2; }  # each step in one line: a first set-up takes a few minutes
+[ -x "$VENV/bin/python" ] || { say "creating $VENV"; "$PY" -m venv "$VENV"; }
 pip_q() { "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true; }
 TORCH=${PKB_TORCH_VERSION:-2.13.0}
 CPU_INDEX=${PKB_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
@@ -38,10 +39,12 @@ print(json.load(open(sys.argv[1]))['install'][0]['metadata']['version'])" "$repo
     pip_q --index-url "$CPU_INDEX" "torch==$TORCH+cpu"
   fi
 }
-"$VENV/bin/python" -c "import torch" 2>/dev/null || install_torch
+"$VENV/bin/python" -c "import torch" 2>/dev/null || { say "installing torch $TORCH (1/2)"; install_torch; }
 # without torch here, the next step would take pyproject's range from PyPI: the CUDA build
 "$VENV/bin/python" -c "import torch" 2>/dev/null || { echo "setup: torch $TORCH did not install" >&2; exit 1; }
+say "installing pkb_ray and its dependencies into $VENV (2/2: Ray, Hydra, W&B, ...)"
 pip_q -e ".[dev]"
 "$VENV/bin/python" -c "import torch, ray, hydra, pydantic, pyarrow, wandb, pytest" \
   || { echo "setup: installation incomplete" >&2; exit 1; }
 echo "$want" > "$stamp"
+say "done ($VENV)"
