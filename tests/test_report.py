@@ -72,7 +72,8 @@ def test_report_has_every_section_with_the_right_numbers(run_dir, tmp_path):
     # every result has a block to open, and the per-problem table links each best sample to its block
     assert html.count("<details id=") == len(df) and html.count(">open</a>") == 6
     best = text.split("## Per problem")[1]
-    assert "reference us" in best and "best IQR us" in best
+    # no reference or sample times in these rows: those columns, empty, are left out (issue 54)
+    assert "reference us" not in best and "best IQR us" not in best and "SOL fraction of best" in best
     # the grid: strong's all_gather is 2 of 4 correct, best 3x
     assert "| all_gather | 0.50 / 3.00x |" in text.split("## Models x problems")[1]
     assert "| hardware | h200_2 |" in text.split("## The run")[1]
@@ -245,7 +246,7 @@ def test_the_printed_table_wandb_and_the_report_agree_on_every_figure(run_dir, t
     board = {c[2]: c for c in (line.split("|") for line in md.split("## Leaderboard")[1].split("##")[0].splitlines())
              if len(c) > 9 and c[1].strip().isdigit()}
     problems = {(c[3].strip(), c[1].strip()): c for c in (line.split("|") for line in
-                md.split("## Per problem")[1].split("##")[0].splitlines()) if len(c) > 10}
+                md.split("## Per problem")[1].split("##")[0].splitlines()) if len(c) > 6}
     two = lambda x: f"{x:.2f}"  # noqa: E731  the printed table's digits
     for model in ("strong", "weak"):
         w = lambda key: logged[f"{model}/{key}"]  # noqa: E731

@@ -91,7 +91,11 @@ def with_interval(value, lo, hi, show=None) -> str:
 def fold(df: pd.DataFrame) -> pd.DataFrame:
     """A table as the pages show it: each column ``c`` with a ``c_se`` or ``c_lo``/``c_hi`` beside
     it (:func:`pkb_ray.summary.tables.with_bounds`, the frames of :func:`pkb_ray.metrics.summarize`)
-    becomes one cell of text, and those columns go."""
+    becomes one cell of text, and those columns go; so do columns with nothing in them (a run
+    without a speed-of-light bound shows no SOL column)."""
+    empty = {c for c in df.columns if len(df) and all(_missing(v) or v == "" for v in df[c])
+             and not c.endswith(("_se", "_lo", "_hi"))}
+    df = df.drop(columns=sorted(empty | {f"{c}{end}" for c in empty for end in ("_se", "_lo", "_hi")} & set(df.columns)))
     out, gone = df.copy(), set()
     for c in df.columns:
         if f"{c}_se" in df:

@@ -296,3 +296,19 @@ def test_summary_json_holds_the_headline_figures_and_tables(tmp_path):
     assert doc["statuses"] == {k: int(v) for k, v in summary.statuses.items()}
     assert len(doc["per_problem"]) == len(summary.per_problem) and doc["overall"][0]["model"]
     assert "NaN" not in (tmp_path / "summary.json").read_text()  # nothing to score is null, valid JSON
+
+
+def test_tables_leave_out_columns_with_nothing_in_them():
+    """A run with no speed-of-light bound shows no SOL column (it read '-' in every row)."""
+    import math
+
+    import pandas as pd
+
+    from pkb_ray.summary.sections import fold
+
+    df = pd.DataFrame({"model": ["a", "b"], "pass@1": [0.5, 1.0], "pass@1_se": [0.1, 0.0],
+                       "median_sol_fraction": [math.nan, math.nan], "median_sol_fraction_lo": [math.nan] * 2,
+                       "median_sol_fraction_hi": [math.nan] * 2, "speedup": [1.2, math.nan]})
+    shown = fold(df)
+    assert list(shown.columns) == ["model", "pass@1", "speedup"]
+    assert shown["pass@1"].tolist() == ["0.5±0.1", "1±0"]  # a column with something in it stays
