@@ -93,6 +93,11 @@ def read_runs(paths: Iterable[Path | str]) -> pd.DataFrame:
     """Result rows of one or more runs (each as :func:`result_folders`), the newest per result key.
     A path or URI that cannot be read (missing, no results under it, a bucket that does not exist
     or cannot be reached, a URI pyarrow cannot open) raises :class:`UnreadableRun` naming it."""
+    return read_rows(paths)[0]
+
+
+def read_rows(paths: Iterable[Path | str]) -> tuple[pd.DataFrame, int]:
+    """:func:`read_runs`, and how many rows were read before the newest of each result was kept."""
     paths = list(paths)
     frames = []
     for p in paths:
@@ -105,7 +110,20 @@ def read_runs(paths: Iterable[Path | str]) -> pd.DataFrame:
         if len(paths) == 1:
             raise UnreadableRun(paths[0], "no result rows")
         raise ValueError(f"no result rows under {[shown(p) for p in paths]}")
-    return newest(df)
+    return newest(df), len(df)
+
+
+def common_problems(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The rows of the problems every model has, and what was left out ("" when every model has the
+    same problems): a leaderboard of models scored on different problems would compare nothing."""
+    sets = {m: set(g["problem_id"]) for m, g in df.groupby("model")}
+    if len(sets) < 2 or len({frozenset(v) for v in sets.values()}) == 1:
+        return df, ""
+    common = set.intersection(*sets.values())
+    left = "; ".join(f"{m}: {', '.join(sorted(v - common))}" for m, v in sorted(sets.items()) if v - common)
+    note = (f"the models were evaluated on different problems: compared on the {len(common)} they share; "
+            f"left out: {left}")
+    return df[df["problem_id"].isin(common)], note
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,12 +139,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--title", default="pkb_ray report")
     args = ap.parse_args(argv)
     try:
-        df = read_runs(args.runs)
+        df, read = read_rows(args.runs)
     except ValueError as exc:  # UnreadableRun among them
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    page, md = write(RunSummary.of(df), args.out, args.title)
-    print(f"{len(df)} results -> {page} and {md}")
+    df, mixed = common_problems(df)
+    if mixed:
+        print(f"warning: {mixed}", file=sys.stderr)
+    page, md = write(RunSummary.of(df, run_info={"problems compared": mixed} if mixed else None), args.out, args.title)
+    replaced = f" ({read} rows read: {read - len(df)} replaced by a newer result of the same sample or left out)" \
+        if read != len(df) else ""
+    print(f"{len(df)} results{replaced} -> {page} and {md}")
     return 0
 
 

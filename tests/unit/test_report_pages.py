@@ -312,3 +312,18 @@ def test_tables_leave_out_columns_with_nothing_in_them():
     shown = fold(df)
     assert list(shown.columns) == ["model", "pass@1", "speedup"]
     assert shown["pass@1"].tolist() == ["0.5±0.1", "1±0"]  # a column with something in it stays
+
+
+def test_a_report_over_models_of_different_problems_compares_the_common_ones():
+    """Two runs whose models saw different problems: scored on the problems both have, and the
+    note names what was left out; models of the same problems are left alone."""
+    import pandas as pd
+
+    from pkb_ray.summary.cli import common_problems
+
+    df = pd.DataFrame({"model": ["a", "a", "a", "b", "b"], "problem_id": ["p1", "p2", "p3", "p1", "p2"]})
+    kept, note = common_problems(df)
+    assert sorted(set(kept.problem_id)) == ["p1", "p2"] and len(kept) == 4
+    assert note.endswith("compared on the 2 they share; left out: a: p3")
+    same = df[df.problem_id != "p3"]
+    assert common_problems(same)[1] == "" and len(common_problems(same)[0]) == 4
