@@ -2,10 +2,11 @@
 
 In a verl PPO/GRPO config::
 
-    custom_reward_function:
-      path: <site-packages>/pkb_ray/serve/adapters/verl.py   # python -c "import pkb_ray.serve.adapters.verl as m; print(m.__file__)"
-      name: compute_score
-      reward_kwargs: {url: "http://127.0.0.1:8000"}          # or $PKB_RAY_SERVE_URL
+    reward:                      # verl 0.9 (before it: custom_reward_function at the top level)
+      custom_reward_function:
+        path: <site-packages>/pkb_ray/serve/adapters/verl.py   # python -c "import pkb_ray.serve.adapters.verl as m; print(m.__file__)"
+        name: compute_score
+        reward_kwargs: {url: "http://127.0.0.1:8000"}          # or $PKB_RAY_SERVE_URL
 
 Each row's ``ground_truth`` (``reward_model.ground_truth``) is the problem id (``all_reduce``, or
 ``all_reduce:cuda`` for another backend); ``extra_info`` may carry ``problem_id``, ``backend`` and
