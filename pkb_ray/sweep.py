@@ -73,7 +73,8 @@ def _evaluate_and_report(inputs: JobInputs, rows: list, out_dir: Path, tracker: 
     title = f"{cfg.model.name} on {cfg.hardware.name}"
     summary, page = publish(inputs.results_dir, out_dir, title, run_info={k: v for k, v in info.items() if v})
     tracker.log_results(summary, page, title)
-    tracker.log_artifacts({"results": inputs.results_dir, "generated": inputs.generated_dir}, content_label(cfg))
+    tracker.log_artifacts({"results": inputs.results_dir, "generated": inputs.generated_dir}, content_label(cfg),
+                          artifact_metadata(cfg, sorted({str(r.get("problem_id")) for r in rows})))
     print(where_it_went(inputs.results_dir, out_dir, tracker.where(), has_report=page is not None), flush=True)
     return summary.rows
 
@@ -86,6 +87,15 @@ def where_it_went(results_dir, out_dir: Path, wandb_run: str | None, has_report:
     if wandb_run:
         lines.append(("W&B run", wandb_run))
     return "\n".join(f"{name + ':':14s}{where}" for name, where in lines)
+
+
+def artifact_metadata(cfg: SweepConfig, problem_ids: list[str]) -> dict:
+    """What subset an Artifact version holds: two runs of one model and problem set name, with other
+    problems, backends or a sample cap, are versions of one Artifact and must say how they differ."""
+    return {"model": cfg.model.name, "problem_set": cfg.problems.name, "problem_ids": problem_ids,
+            "backends": cfg.backend.backends or "all", "limit_per_problem": cfg.model.limit_per_problem,
+            "hardware": cfg.hardware.name, "world_sizes": cfg.hardware.world_sizes,
+            "sizes": [str(s) for s in cfg.eval.size_specs()]}
 
 
 def content_label(cfg: SweepConfig) -> str:

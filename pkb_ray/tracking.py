@@ -96,10 +96,11 @@ class Tracker:
                           "progress/samples_per_hour": 3600 * done / elapsed_s if elapsed_s > 0 else 0.0,
                           "progress/gangs_busy": busy_fraction})
 
-    def log_artifacts(self, folders: dict[str, Path | str], label: str) -> None:
+    def log_artifacts(self, folders: dict[str, Path | str], label: str, metadata: dict | None = None) -> None:
         """Each non-empty folder (results, generated samples) as a W&B Artifact of that type, named
         by :func:`artifact_name` (``label``: model and problem set), so reruns add versions; a
-        remote one (``s3://...``) as its URI in the summary (``results_uri``) instead."""
+        remote one (``s3://...``) as its URI in the summary (``results_uri``) instead. ``metadata``
+        (the problems, backends, sample cap, hardware) tells versions of different subsets apart."""
         if not self.run:
             return
         import wandb
@@ -109,7 +110,7 @@ class Tracker:
                 self.log_summary({f"{kind}_uri": str(folder)})
                 continue
             if Path(folder).is_dir() and any(Path(folder).rglob("*.parquet")):
-                artifact = wandb.Artifact(artifact_name(kind, label), type=kind)
+                artifact = wandb.Artifact(artifact_name(kind, label), type=kind, metadata=metadata or {})
                 artifact.add_dir(str(folder))
                 self.run.log_artifact(artifact)
 

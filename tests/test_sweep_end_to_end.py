@@ -178,6 +178,8 @@ def test_sweep_on_shipped_set(shipped):
     assert done and done[-1] == len(SHIPPED) - len(shipped.after_kill) and done == sorted(done)
     # named by content (model and problem set), so each run adds a version; the replayed set is its input
     assert ("results-replay-all", "results") in wandb_files.artifacts(run_file)
+    meta = wandb_files.artifact_metadata(run_file)["results-replay-all"]  # which subset this version holds
+    assert meta["problem_ids"] == sorted({r["problem_id"] for r in SHIPPED}) and meta["limit_per_problem"] is None
     inputs = wandb_files.config(run_file)["input_samples"]  # offline: W&B refuses use_artifact
     assert inputs["artifact"] == "generated-replay-all" and len(inputs["sha256"]) == 64
     assert {"pass_at_k_plot_table", "status_plot_table", "speedup_plot_table", "report"} <= {

@@ -98,6 +98,12 @@ def artifacts(path: Path) -> list[tuple[str, str]]:
     return [(r.artifact.name, r.artifact.type) for r in records(path) if r.WhichOneof("record_type") == "artifact"]
 
 
+def artifact_metadata(path: Path) -> dict[str, dict]:
+    """name -> the metadata of every Artifact the run logged."""
+    return {r.artifact.name: json.loads(r.artifact.metadata or "{}") for r in records(path)
+            if r.WhichOneof("record_type") == "artifact"}
+
+
 def history_steps(path: Path, key: str) -> list:
     """The values ``key`` took, one per history step that logged it."""
     return [json.loads(i.value_json) for r in records(path) if r.WhichOneof("record_type") == "history"
