@@ -131,3 +131,23 @@ def test_a_large_runs_grid_cell_opens_its_sample_on_the_problems_page(large_repo
     assert "# strong all_gather 3" in page.inner_text(f"details#{anchor} pre.src")
     page.click("a[href='../report.html']")  # and back
     assert page.url == path.as_uri() and errors == []
+
+
+def test_every_table_fits_a_1280_px_window_and_a_printed_page(report):
+    """No table is wider than a 1280-px window, nor than an A4 page printed (about 720 px of CSS
+    at 96 dpi less the margins): a wide table scrolls or wraps inside its own box instead."""
+    path, _ = report
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            for width, media in ((1280, "screen"), (720, "print")):
+                page = browser.new_page(viewport={"width": width, "height": 900})
+                page.emulate_media(media=media)
+                page.goto(path.as_uri())
+                widest = page.eval_on_selector_all(
+                    "table", "els => Math.max(...els.map(e => e.getBoundingClientRect().right))")
+                page_width = page.evaluate("document.documentElement.scrollWidth")
+                assert widest <= width and page_width <= width, (media, width, widest, page_width)
+                page.close()
+        finally:
+            browser.close()

@@ -185,6 +185,11 @@ td.heat { background-image: linear-gradient(#1f2933, #1f2933); background-repeat
 .legend { font-size: .8rem; color: #3e4c59; } .legend span { margin-right: .9rem; white-space: nowrap; }
 .legend i { display: inline-block; width: 1.1rem; height: .8rem; margin-right: .3rem; vertical-align: middle;
             border: 1px solid #cbd2d9; } .legend i.bar { height: 4px; background: #1f2933; border: 0; }
+th, td { overflow-wrap: anywhere; } table { max-width: 100%; }
+@media print {  /* an A4 page: tables shrink and their cells wrap rather than run off the paper */
+  body { margin: 0; padding: 0; max-width: none; } table { font-size: 7pt; width: 100%; }
+  th, td { padding: 1px 3px; } thead th { position: static; } pre.src { max-height: none; }
+}
 """
 
 
