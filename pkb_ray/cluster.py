@@ -97,14 +97,23 @@ def local_gpus(cfg: SweepConfig) -> int | None:
     return cfg.hardware.gpus_per_node * cfg.hardware.nodes if cfg.hardware.device == "cpu" else None
 
 
-def _check_room(cfg: SweepConfig, gpus: dict[str, int]) -> None:
+def room_problems(cfg: SweepConfig, gpus: dict[str, int]) -> list[str]:
+    """Why a cluster with ``gpus`` per node cannot run ``cfg``'s gangs, one line per layout that does
+    not fit or exceeds ``ray.max_gpus``, each naming its key (empty: it can)."""
+    problems = []
     for lay in cfg.hardware.layouts:
         if why := over_cap(lay, cfg.ray.max_gpus):
-            raise ConfigError(f"ray.max_gpus: {why}")
+            problems.append(f"ray.max_gpus: {why}")
         if not fits(lay, gpus):
             key = ("hardware.world_sizes" if lay.nodes == 1 else
                    f"hardware.spread.{cfg.hardware.spread_layouts.index(lay)}")
-            raise ConfigError(f"{key}: {no_room(lay, gpus)}")
+            problems.append(f"{key}: {no_room(lay, gpus, cpu=cfg.hardware.device == 'cpu')}")
+    return problems
+
+
+def _check_room(cfg: SweepConfig, gpus: dict[str, int]) -> None:
+    if problems := room_problems(cfg, gpus):
+        raise ConfigError(problems[0])
 
 
 def announce_isolation(level: str) -> sandbox.Probe:

@@ -99,8 +99,13 @@ def over_cap(layout: LayoutLike, max_gpus: int | None) -> str | None:
     return f"a gang of {lay} needs {lay.world_size} GPUs; the run may hold {max_gpus}"
 
 
-def no_room(layout: LayoutLike, node_gpus: Mapping[str, int]) -> str:
-    """Why a cluster cannot hold a gang of ``layout`` (for error messages)."""
+def no_room(layout: LayoutLike, node_gpus: Mapping[str, int], cpu: bool = False) -> str:
+    """Why a cluster cannot hold a gang of ``layout`` (for error messages); ``cpu``: the ranks run
+    on CPUs (gloo), where a node's GPUs are logical ones that its ``ray start`` must declare."""
     lay = Layout.of(layout)
-    return (f"{lay} needs {lay.nodes} node(s) with {lay.per_node} GPUs each; the Ray cluster has "
-            f"{sorted(node_gpus.values(), reverse=True)} GPUs per node")
+    why = (f"{lay} needs {lay.nodes} node(s) with {lay.per_node} GPUs each; the Ray cluster has "
+           f"{sorted(node_gpus.values(), reverse=True)} GPUs per node")
+    if cpu:  # Ray counts no GPU on a CPU-only node unless told: the gangs are placed on logical ones
+        why += (f" (CPU-only nodes: start their Ray with `ray start ... --num-gpus {lay.per_node}` or more, "
+                "logical GPUs that gloo gangs are placed on)")
+    return why

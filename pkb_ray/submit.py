@@ -304,6 +304,24 @@ def follow(client: Any, job_id: str, out: Any = None, retries: int = 5, wait_s: 
     return 1
 
 
+def room_warnings(cfg: SweepConfig, address: str, headers: Mapping[str, str]) -> list[str]:
+    """What the cluster at ``address`` lacks for ``cfg``'s gangs now (the run's own check, made
+    before sending: a CPU-only head started without ``--num-gpus`` has no GPU for a gang); empty
+    when it has room or its nodes cannot be listed (the job checks again where it runs)."""
+    from ray.util.state import StateApiClient
+    from ray.util.state.common import ListApiOptions, StateResource
+
+    from pkb_ray.cluster import room_problems
+
+    try:
+        nodes = StateApiClient(address=address, headers=dict(headers) or None).list(
+            StateResource.NODES, options=ListApiOptions(detail=True), raise_on_missing_output=False)
+    except Exception:  # noqa: BLE001 - a courtesy: an old or locked-down dashboard lists nothing
+        return []
+    gpus = {n.node_id: int((n.resources_total or {}).get("GPU", 0)) for n in nodes if n.state == "ALIVE"}
+    return room_problems(cfg, gpus) if gpus else []
+
+
 def _status(client: Any, job_id: str) -> str | None:
     try:
         return str(getattr(client.get_job_status(job_id), "value", None) or "") or None
@@ -339,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
             job_id = args.follow
             client.get_job_status(job_id)  # RuntimeError where there is no such job
         else:
+            for why in room_warnings(cfg, args.address, headers):
+                print(f"warning: {why}; the job will fail there unless the cluster grows", file=sys.stderr)
             print(f"sending {spec.runtime_env['working_dir']} to {args.address}", file=sys.stderr, flush=True)
             with _git_semantics():
                 job_id = client.submit_job(entrypoint=spec.entrypoint, runtime_env=spec.runtime_env)

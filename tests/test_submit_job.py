@@ -148,6 +148,10 @@ def test_sweeps_sent_as_ray_jobs_stream_their_logs_and_exit_as_the_jobs_end(s3, 
         assert sent.returncode == 0 and "follow: pkb-ray submit" in sent.stderr, (name, sent.stderr)
         assert secret not in sent.stderr + sent.stdout
     ids = {name: _job_id(sent.stderr) for name, sent in jobs.items()}
+    # said before sending, from the cluster's own node list, with what a CPU-only head needs
+    assert ("warning: hardware.world_sizes: 1x4 needs 1 node(s) with 4 GPUs each; the Ray cluster has [2] GPUs per "
+            "node (CPU-only nodes: start their Ray with `ray start ... --num-gpus 4` or more") in jobs["no room"].stderr
+    assert "warning:" not in jobs["resume"].stderr + jobs["no python"].stderr
 
     # Ctrl-C while following: this stops, the job goes on
     follower = subprocess.Popen([PKB_RAY, "submit", "--address", address, "--follow", ids["resume"]], env=env,
