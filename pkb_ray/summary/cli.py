@@ -15,7 +15,9 @@ import pyarrow.fs as pafs
 
 from pkb_ray.results import newest, read_results
 from pkb_ray.storage import Folder, is_remote, local_path, sub_uri
+from pkb_ray.summary import stored
 from pkb_ray.summary.pages import write
+from pkb_ray.summary.render_json import NAME
 from pkb_ray.summary.run import RunSummary
 
 
@@ -113,6 +115,34 @@ def read_rows(paths: Iterable[Path | str]) -> tuple[pd.DataFrame, int]:
     return newest(df), len(df)
 
 
+def split_runs(paths: Iterable[Path | str]) -> tuple[list[Path | str], dict[str, dict]]:
+    """The runs to read rows from, and the stored summaries (:mod:`.stored`) of those that have
+    only a ``summary.json``: a ``summary.json`` named on the command line, or a run folder holding
+    one and no results. A summary.json beside result rows stands for its run's rows. Raises
+    :class:`UnreadableRun` for a summary.json that is not one."""
+    rows, docs = [], {}
+    for p in paths:
+        named = str(p).endswith(NAME)
+        run = (str(p).rsplit("/", 1)[0] if is_remote(p) else local_path(p).parent) if named else p
+        try:
+            if result_folders(run):
+                rows.append(run)
+                continue
+        except (OSError, ValueError, pa.ArrowException):
+            pass  # no rows there: its summary.json, or the reading error of rows below
+        try:
+            doc = stored.summary_document(p if named else stored.beside(p))
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise UnreadableRun(p, f"{NAME}: {_one_line(exc)}") from None
+        if doc is None and named:
+            raise UnreadableRun(p, "no such file")
+        if doc is None:
+            rows.append(p)  # read_rows says why it has none
+        else:
+            docs[shown(p)] = doc
+    return rows, docs
+
+
 def common_problems(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """The rows of the problems every model has, and what was left out ("" when every model has the
     same problems): a leaderboard of models scored on different problems would compare nothing."""
@@ -139,7 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--title", default="pkb_ray report")
     args = ap.parse_args(argv)
     try:
-        df, read = read_rows(args.runs)
+        runs, docs = split_runs(args.runs)
+        if docs and runs:
+            print(f"error: {', '.join(docs)}: only a {NAME} (no result rows); give every run with its rows, or "
+                  f"each as its {NAME}", file=sys.stderr)
+            return 2
+        if docs:
+            return stored_report(docs, args.out)
+        df, read = read_rows(runs)
     except ValueError as exc:  # UnreadableRun among them
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -150,6 +187,25 @@ def main(argv: list[str] | None = None) -> int:
     replaced = f" ({read} rows read: {read - len(df)} replaced by a newer result of the same sample or left out)" \
         if read != len(df) else ""
     print(f"{len(df)} results{replaced} -> {page} and {md}")
+    return 0
+
+
+def stored_report(docs: dict[str, dict], out: Path) -> int:
+    """``pkb-ray report`` over runs known only by their summary.json: a leaderboard of their overall
+    rows, printed and written to ``out/report.md`` (the HTML page needs rows)."""
+    import sys
+
+    from pkb_ray.summary.render_markdown import markdown_table
+
+    board, note = stored.leaderboard(docs)
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
+    table = markdown_table(board)  # each figure with its interval in one cell
+    out.mkdir(parents=True, exist_ok=True)
+    md = out / "report.md"
+    md.write_text(f"# pkb_ray report (from {NAME})\n\n" + (f"> {note}\n\n" if note else "") + table + "\n")
+    print(table)
+    print(f"{len(board)} rows from {len(docs)} {NAME} file(s) -> {md}")
     return 0
 
 
@@ -176,13 +232,25 @@ def compare_main(argv: list[str] | None = None) -> int:
     if not 0 < args.alpha < 1:
         print(f"error: --alpha must lie in (0, 1), got {args.alpha}", file=sys.stderr)
         return 2
-    runs = []
+    runs, docs = [], []
     for side, path in (("A", args.a), ("B", args.b)):
         try:
-            runs.append(RunSummary.of(read_runs([path])))
+            rows, stored_docs = split_runs([path])
+            docs.append(next(iter(stored_docs.values()), None))
+            runs.append(RunSummary.of(read_runs(rows)) if rows else None)
         except UnreadableRun as exc:
             print(f"error: run {side} ({exc.path}): {exc.reason}", file=sys.stderr)
             return 2
+    if any(d is not None for d in docs):  # a side known only by its summary.json: compare summaries
+        from pkb_ray.summary import render_json
+
+        docs = [d if d is not None else render_json.document(r, "") for d, r in zip(docs, runs)]
+        changes = stored.compare(*docs, min_effect=args.min_effect, min_speedup_effect=args.min_speedup_effect)
+        print(stored.text(changes))
+        if not changes:
+            print("error: the two summaries have no model and figure in common", file=sys.stderr)
+            return 2
+        return 1 if any(c.regression for c in changes) else 0
     result = compare(*runs, alpha=args.alpha, min_effect=args.min_effect, min_speedup_effect=args.min_speedup_effect)
     print(render_compare.text(result))
     if result.table.empty:

@@ -13,7 +13,7 @@ LAYERS = {  # 7 = the command, 6 = entry points ... 1 = pure data and rules
         "serve.adapters.labels", "serve.adapters.verl", "serve.adapters.openrlhf", "summary", "summary.run", "summary.tables", "summary.sizes",
         "summary.figures", "summary.sections", "summary.render_html", "summary.render_markdown",
         "summary.render_text", "summary.render_json", "summary.render_wandb", "summary.render_wandb_report", "summary.pages", "summary.cli", "summary.publish",
-        "summary.compare", "summary.render_compare"],
+        "summary.compare", "summary.render_compare", "summary.stored"],
     4: ["stages.compile", "stages.gang_pool", "stages.generate", "stages.validate", "llm", "prompt", "telemetry"],
     3: ["gang", "cluster", "spread", "harness", "references", "rounds", "rank_pool", "ranks", "problem_check", "zygote"],
     2: ["runner", "runner.extensions", "runner.launch", "runner.protocol", "runner.rank", "runner.resident",
