@@ -1,5 +1,6 @@
 """``pkb-ray report RUN [RUN ...] --out DIR``: one report over finished runs (run, results or
-multirun folders), each sample's newest result counted once; ``pkb-ray compare A B``: two runs
+multirun folders), each sample's newest result in a folder counted once and the same samples in two
+folders (a multirun's jobs) told apart (:func:`read_rows`); ``pkb-ray compare A B``: two runs
 side by side (:mod:`.compare`). Each run is a local path or a pyarrow filesystem URI (``file://``,
 ``s3://``, ``gs://``, ...); one that cannot be read is named in a one-line error (exit 2)."""
 
@@ -13,7 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from pkb_ray.results import newest, read_results
+from pkb_ray.results import RESULT_KEY, newest, read_results
 from pkb_ray.storage import Folder, is_remote, local_path, sub_uri
 from pkb_ray.summary import stored
 from pkb_ray.summary.pages import write
@@ -92,27 +93,64 @@ def _missing(folder: Folder) -> None:
 
 
 def read_runs(paths: Iterable[Path | str]) -> pd.DataFrame:
-    """Result rows of one or more runs (each as :func:`result_folders`), the newest per result key.
+    """Result rows of one or more runs (each as :func:`result_folders`), as :func:`read_rows`.
     A path or URI that cannot be read (missing, no results under it, a bucket that does not exist
     or cannot be reached, a URI pyarrow cannot open) raises :class:`UnreadableRun` naming it."""
     return read_rows(paths)[0]
 
 
-def read_rows(paths: Iterable[Path | str]) -> tuple[pd.DataFrame, int]:
-    """:func:`read_runs`, and how many rows were read before the newest of each result was kept."""
+def read_rows(paths: Iterable[Path | str]) -> tuple[pd.DataFrame, int, list[str]]:
+    """:func:`read_runs`, how many rows were read before the newest of each result was kept, and the
+    models renamed after their job (below).
+
+    Each results folder keeps its newest row per result (a resumed run's re-evaluations); a folder
+    named twice is read once. Two folders that hold the same result (the jobs of a multirun that
+    evaluated the same samples with other settings, ``-m eval.timing_mode=eager,graph``) are two
+    evaluations, not a newer and an older one: each such folder's rows are kept, their model named
+    ``model [job]`` after the run folder, so the report and compare show them side by side."""
     paths = list(paths)
-    frames = []
+    frames: dict[str, pd.DataFrame] = {}  # folder (as named) -> its newest rows
+    read = 0
     for p in paths:
         try:
-            frames += [read_results(folder) for folder in result_folders(p)]
+            for folder in result_folders(p):
+                if _identity(folder) not in frames:
+                    rows = read_results(folder)
+                    read += len(rows)
+                    frames[_identity(folder)] = newest(rows)
         except (OSError, ValueError, pa.ArrowException) as exc:  # FileNotFoundError, pyarrow's IO and URI errors
             raise UnreadableRun(p, _one_line(exc)) from None
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    if df.empty:
+    frames = {k: f for k, f in frames.items() if not f.empty}
+    if not frames:
         if len(paths) == 1:
             raise UnreadableRun(paths[0], "no result rows")
         raise ValueError(f"no result rows under {[shown(p) for p in paths]}")
-    return newest(df), len(df)
+    told = _told_apart(frames)
+    renamed = sorted({m for name, f in told.items() if f is not frames[name] for m in f["model"].unique()})
+    return pd.concat(told.values(), ignore_index=True), read, renamed
+
+
+def _identity(folder: Path | str) -> str:
+    return str(folder) if is_remote(folder) else str(Path(folder).resolve())
+
+
+def _told_apart(frames: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """``frames`` with the model of every folder that shares a result with another one named after
+    its run folder (``replay [1_eval.timing_mode=graph]``)."""
+    keys = {name: set(zip(*(f[k] for k in RESULT_KEY))) for name, f in frames.items()}
+    shared = {name for name in frames if any(keys[name] & keys[other] for other in frames if other != name)}
+    if not shared:
+        return frames
+    jobs = {name: _run_name(name) for name in shared}
+    if len(set(jobs.values())) < len(jobs):  # two run folders of one name: the whole path tells them apart
+        jobs = {name: shown(name).removesuffix("/results") for name in shared}
+    return {name: f.assign(model=f["model"] + f" [{jobs[name]}]") if name in shared else f
+            for name, f in frames.items()}
+
+
+def _run_name(folder: str) -> str:
+    parts = folder.rstrip("/").split("/")
+    return parts[-2] if parts[-1] == "results" and len(parts) > 1 else parts[-1]
 
 
 def split_runs(paths: Iterable[Path | str]) -> tuple[list[Path | str], dict[str, dict]]:
@@ -176,15 +214,18 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if docs:
             return stored_report(docs, args.out)
-        df, read = read_rows(runs)
+        df, read, renamed = read_rows(runs)
     except ValueError as exc:  # UnreadableRun among them
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if renamed:
+        print(f"note: {len(renamed)} runs evaluated the same samples (a multirun's jobs?): each is an entry of its "
+              f"own: {', '.join(renamed)}", file=sys.stderr)
     df, mixed = common_problems(df)
     if mixed:
         print(f"warning: {mixed}", file=sys.stderr)
     page, md = write(RunSummary.of(df, run_info={"problems compared": mixed} if mixed else None), args.out, args.title)
-    replaced = f" ({read} rows read: {read - len(df)} replaced by a newer result of the same sample or left out)" \
+    replaced = f" ({read} rows read: {read - len(df)} replaced by a newer result of the same sample in its folder or left out)" \
         if read != len(df) else ""
     print(f"{len(df)} results{replaced} -> {page} and {md}")
     return 0
