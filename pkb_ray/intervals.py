@@ -1,6 +1,7 @@
-"""Bootstrap confidence intervals of the scores of :mod:`pkb_ray.metrics` (fast_p@1, geomean and
+"""Confidence intervals of the scores of :mod:`pkb_ray.metrics`: Wilson score intervals of the rates
+(pass@k, fast_p@1: :func:`wilson`, :func:`effective_n`), and bootstrap intervals of the geomean and
 median speedup, median fraction of speed of light, the share of correct samples faster than the
-reference, and the bands of the pass@k and fast_p@k curves), and of the report's measured times
+reference, the bands of the pass@k and fast_p@k curves, and the report's measured times
 (:func:`measured_median`, :func:`ratio_of_medians`: a reference's median time over the samples it was
 measured beside, and the ratio of two such medians). Pure numpy and seeded: the same rows always
 give the same intervals.
@@ -17,6 +18,7 @@ percentiles. All samples equal gives a zero-width interval.
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -27,6 +29,27 @@ import numpy as np
 RESAMPLES = 1000
 SEED = 0
 LEVEL = 0.95
+
+
+def wilson(p: float, n_eff: float, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a proportion p observed over n_eff trials (z = 1.96: 95 %).
+    Never of zero width, and within [0, 1]; (NaN, NaN) when p is NaN or n_eff is not positive."""
+    if math.isnan(p) or not n_eff > 0:
+        return math.nan, math.nan
+    z2n = z * z / n_eff
+    centre = (p + z2n / 2) / (1 + z2n)
+    half = z / (1 + z2n) * math.sqrt(p * (1 - p) / n_eff + z2n / (4 * n_eff))
+    # exactly 0 (1) at p = 0 (1): the formula's rounding would leave 1e-17 over
+    return (0.0 if p <= 0 else max(0.0, centre - half)), (1.0 if p >= 1 else min(1.0, centre + half))
+
+
+def effective_n(p: float, se: float, n_max: float) -> float:
+    """Kish's effective sample size of a rate p with standard error se: the number of binomial trials
+    with that variance, p(1 - p) / se², at most ``n_max`` (the trials observed); ``n_max`` where se
+    says nothing (0 or NaN) or p is 0 or 1, so an interval is never narrower than a binomial's."""
+    if 0 < p < 1 and se > 0:  # False for NaN
+        return min(p * (1 - p) / se ** 2, n_max)
+    return n_max
 
 
 @dataclass(frozen=True)
@@ -56,22 +79,6 @@ def resample(sizes: Sequence[int], resamples: int = RESAMPLES, seed: int = SEED)
 def share(r: Resamples, success: np.ndarray) -> np.ndarray:
     """Per draw: the mean over problems of each problem's share of successes (fast_p@1, pass@1)."""
     return np.asarray(success, dtype=float)[r.index] @ r.weight
-
-
-def shares_above(r: Resamples, values: np.ndarray, thresholds: Sequence[float]) -> np.ndarray:
-    """Per draw and threshold p, (draws, thresholds): :func:`share` of ``values > p`` (NaN is never
-    above), for every p at once: each sample falls in the bin of the thresholds it exceeds, and a
-    draw's weights per bin, summed from the top, give its share above each p."""
-    t = np.asarray(thresholds, dtype=float)
-    if np.any(np.diff(t) < 0):
-        raise ValueError("thresholds must be in increasing order")
-    v = np.asarray(values, dtype=float)
-    above = np.searchsorted(t, np.where(np.isnan(v), -np.inf, v), side="left")  # how many p lie below each value
-    bins = t.size + 1
-    flat = (np.arange(r.draws)[:, None] * bins + above[r.index]).ravel()
-    per_bin = np.bincount(flat, weights=np.broadcast_to(r.weight, r.index.shape).ravel(), minlength=r.draws * bins)
-    per_bin = per_bin.reshape(r.draws, bins)
-    return np.cumsum(per_bin[:, ::-1], axis=1)[:, ::-1][:, 1:]  # share above p_i: the bins past i
 
 
 def pooled_share(r: Resamples, success: np.ndarray, counted: np.ndarray) -> np.ndarray:

@@ -2,8 +2,8 @@
 
 Pure functions: no Ray, no processes, no torch. :func:`pass_at_k` is the one estimator;
 :func:`fast_p_at_k` reuses it with "correct and faster than p" as success. :func:`curves` gives
-pass@k and fast_p@k against k, :func:`fast_p_curve` fast_p@1 against p, each point with its
-uncertainty as the scores below have theirs (docs/statistics.md).
+pass@k and fast_p@k against k (with bootstrap bands), :func:`fast_p_curve` fast_p@1 against p
+(with Wilson intervals, as the scores below), each point with its uncertainty (docs/statistics.md).
 
 :func:`summarize` turns a DataFrame of result rows (columns as in ``RESULT_SCHEMA``) into one
 row per group. Its columns, after the ``by`` columns:
@@ -22,6 +22,10 @@ row per group. Its columns, after the ``by`` columns:
     its standard error (:func:`pass_at_k_variance`): sqrt(sum of the problems' variances) / P over
     the P problems averaged, the problems held fixed. NaN when any of them has exactly k samples
     (one draw of k: no variance to estimate).
+``pass@{k}_lo``, ``pass@{k}_hi``
+    its 95 % Wilson score interval (:func:`rate_interval`) over an effective sample size: Kish's
+    p(1 - p) / se², at most N / k, N the samples of the P problems (N / k where se is 0 or NaN or p
+    is 0 or 1). Never of zero width, never narrower than a binomial's over N / k draws; NaN with pass@k.
 ``pass@{k}_problems``
     over how many of ``problems`` pass@k was taken (those with at least k samples).
 ``fast_{p}@1``
@@ -29,7 +33,7 @@ row per group. Its columns, after the ``by`` columns:
     ``fast_2.0@1``: fast_p@1 (success = correct and speedup > p; p = 0 counts every correct
     sample), per problem and then averaged over problems like pass@k.
 ``fast_{p}@1_lo``, ``fast_{p}@1_hi``
-    its 95 % bootstrap interval (:mod:`pkb_ray.intervals`: samples resampled within problems).
+    its 95 % Wilson interval, as pass@1's with "correct and faster than p" as success.
 ``geomean_speedup``, ``median_speedup``
     over the correct samples of the group, pooled; None/NaN/non-positive speedups are ignored.
     NaN when there is none.
@@ -40,7 +44,8 @@ row per group. Its columns, after the ``by`` columns:
     (speedup > 1), pooled like the speedups; NaN when there is none. Unlike fast_1.0@1 it counts
     correct samples only, so it says how often a kernel that works is faster.
 ``geomean_speedup_lo``, ``_hi`` (and ``median_speedup_*``, ``median_sol_fraction_*``, ``faster_share_*``)
-    their 95 % bootstrap intervals, as for fast_p.
+    their 95 % bootstrap intervals (:mod:`pkb_ray.intervals`: samples resampled within problems);
+    NaN with fewer than :data:`MIN_SAMPLES` correct, timed samples.
 ``n_{status}``
     one count per :class:`Status`, in the enum's order, zeros included
     (``n_invalid_sample``, ..., ``n_wrong_output``, ``n_correct``).
@@ -59,7 +64,7 @@ import pandas as pd
 from pkb_ray import intervals
 from pkb_ray.names import Status
 
-MIN_SAMPLES = 2  # a group's figure from fewer samples has no interval ("n/a")
+MIN_SAMPLES = 2  # a speedup figure from fewer correct, timed samples has no interval ("n/a")
 FAST_P_THRESHOLDS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)  # KernelBench's fast_p, p = 0 is "correct"
 CURVE_THRESHOLDS = tuple(round(0.1 * i, 1) for i in range(31))  # fast_p@1 against p: 0 to 3, KernelBench's among them
 PROBLEM_KEY = ("model", "problem_id")  # the unit pass@k is estimated on
@@ -161,15 +166,27 @@ def _nan(x: float | None) -> float:
 
 
 def _problem_rates(pg: pd.DataFrame, ks: Sequence[int], ps: Sequence[float]) -> dict[str, float]:
-    """pass@k and its variance (NaN where k > n) and fast_p@1 of the samples of one problem."""
+    """n, pass@k and its variance (NaN where k > n) and fast_p@1 and its variance of the samples of
+    one problem."""
     n = len(pg)
     correct = pg["status"] == Status.CORRECT.value
     c = int(correct.sum())
-    row = {pass_col(k): pass_at_k(n, c, k) if k <= n else math.nan for k in ks}
+    row = {"n": n, **{pass_col(k): pass_at_k(n, c, k) if k <= n else math.nan for k in ks}}
     row.update({f"{pass_col(k)}_var": pass_at_k_variance(n, c, k) if k <= n else math.nan for k in ks})
     speedups = pg.loc[correct, "speedup"].tolist()
-    row.update({fast_col(p): fast_p_at_k(n, speedups, p, 1) for p in ps})
+    for p in ps:
+        fast = sum(1 for s in speedups if s is not None and s > p)
+        row[fast_col(p)], row[f"{fast_col(p)}_var"] = pass_at_k(n, fast, 1), pass_at_k_variance(n, fast, 1)
     return row
+
+
+def rate_interval(rates: Sequence[float], variances: Sequence[float], trials: float) -> tuple[float, float]:
+    """The 95 % Wilson interval of a mean over problems of their rates (pass@k, fast_p@1), each with
+    its variance: over the effective sample size of the standard error (:func:`pass_se`), at most
+    ``trials`` (the samples, or draws of k for pass@k), and ``trials`` where that error is 0 or NaN
+    (:func:`pkb_ray.intervals.effective_n`, docs/statistics.md). (NaN, NaN) without rates."""
+    p = float(np.mean(rates)) if len(rates) else math.nan
+    return intervals.wilson(p, intervals.effective_n(p, pass_se(variances), trials))
 
 
 def _group_row(g: pd.DataFrame, ks: Sequence[int], ps: Sequence[float]) -> dict[str, float]:
@@ -177,8 +194,14 @@ def _group_row(g: pd.DataFrame, ks: Sequence[int], ps: Sequence[float]) -> dict[
     runnable = g[g["status"] != Status.UNSUPPORTED_HARDWARE.value]
     by_problem = [pg for _, pg in runnable.groupby(list(PROBLEM_KEY), dropna=False)]
     problems = [_problem_rates(pg, ks, ps) for pg in by_problem]
-    rates = pd.DataFrame(problems, columns=[f"{pass_col(k)}{v}" for k in ks for v in ("", "_var")]
-                         + [fast_col(p) for p in ps])
+    rates = pd.DataFrame(problems, columns=["n", *(f"{c}{v}" for c in [*map(pass_col, ks), *map(fast_col, ps)]
+                                                   for v in ("", "_var"))])
+
+    def wilson(column: str, k: int = 1) -> list[tuple[str, float]]:  # over the problems with >= k samples
+        having = rates[rates[column].notna()]
+        bounds = rate_interval(having[column].tolist(), having[f"{column}_var"].tolist(), having["n"].sum() / k)
+        return list(zip((f"{column}_lo", f"{column}_hi"), bounds))
+
     ok = g[g["status"] == Status.CORRECT.value]
     points = {
         "geomean_speedup": _nan(geomean(ok["speedup"])),
@@ -186,23 +209,23 @@ def _group_row(g: pd.DataFrame, ks: Sequence[int], ps: Sequence[float]) -> dict[
         "median_sol_fraction": _nan(median_sol_fraction(ok["sol_fraction"])),
         "faster_share": _faster_share(ok["speedup"]),
     }
-    bounds = _bootstrap(pd.concat(by_problem) if by_problem else runnable, [len(pg) for pg in by_problem], ps)
+    bounds = _bootstrap(pd.concat(by_problem) if by_problem else runnable, [len(pg) for pg in by_problem])
     return {
         "n": len(g),
         "problems": len(problems),
         **{pass_col(k): rates[pass_col(k)].mean() for k in ks},  # skips NaN: problems with fewer than k samples
         **{f"{pass_col(k)}_se": pass_se(rates[f"{pass_col(k)}_var"][rates[pass_col(k)].notna()].tolist()) for k in ks},
+        **{c: v for k in ks for c, v in wilson(pass_col(k), k)},
         **{f"{pass_col(k)}_problems": int(rates[pass_col(k)].notna().sum()) for k in ks},
-        **{c: v for p in ps for c, v in ((fast_col(p), rates[fast_col(p)].mean()),
-                                         *bounds[fast_col(p)])},
+        **{c: v for p in ps for c, v in ((fast_col(p), rates[fast_col(p)].mean()), *wilson(fast_col(p)))},
         **{c: v for name, point in points.items() for c, v in ((name, point), *bounds[name])},
         **{f"n_{s}": v for s, v in status_counts(g["status"]).items()},
     }
 
 
-def _bootstrap(samples: pd.DataFrame, sizes: list[int], ps: Sequence[float]) -> dict[str, list[tuple[str, float]]]:
-    """The ``_lo`` and ``_hi`` columns of fast_p@1 and of the speedup figures of one group, whose
-    ``samples`` lie problem after problem (``sizes``): see :mod:`pkb_ray.intervals`."""
+def _bootstrap(samples: pd.DataFrame, sizes: list[int]) -> dict[str, list[tuple[str, float]]]:
+    """The ``_lo`` and ``_hi`` columns of the speedup figures of one group, whose ``samples`` lie
+    problem after problem (``sizes``): see :mod:`pkb_ray.intervals`."""
     r = intervals.resample(sizes)
     correct = (samples["status"] == Status.CORRECT.value).to_numpy()
     speedup = samples["speedup"].astype(float).where(correct).to_numpy()
@@ -210,8 +233,8 @@ def _bootstrap(samples: pd.DataFrame, sizes: list[int], ps: Sequence[float]) -> 
     spread = (intervals.log_spread(samples["speedup_lo"], samples["speedup_hi"])
               if "speedup_lo" in samples and "speedup_hi" in samples else None)
     drawn = intervals.drawn_speedups(r, speedup, spread)  # samples, and each one's time from its rounds
+    draws = {}
     with np.errstate(invalid="ignore"):
-        draws = {fast_col(p): (drawn > p) @ r.weight for p in ps}  # NaN > p: False
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a draw without a speedup: NaN
             draws["geomean_speedup"] = np.exp(np.nanmean(np.log(drawn), axis=1))
@@ -219,11 +242,9 @@ def _bootstrap(samples: pd.DataFrame, sizes: list[int], ps: Sequence[float]) -> 
         timed = (drawn > 0).sum(axis=1)
         draws["faster_share"] = np.where(timed > 0, (drawn > 1).sum(axis=1) / np.maximum(timed, 1), np.nan)
     draws["median_sol_fraction"] = intervals.median(r, sol)
-    # one sample (or one timed, correct one) says nothing of the spread across samples: no interval
-    few = {fast_col(p): len(samples) < MIN_SAMPLES for p in ps}
-    few.update(dict.fromkeys(("geomean_speedup", "median_speedup", "faster_share", "median_sol_fraction"),
-                             int(np.isfinite(speedup).sum()) < MIN_SAMPLES))
-    return {name: list(zip((f"{name}_lo", f"{name}_hi"), (math.nan, math.nan) if few[name] else intervals.interval(d)))
+    # one timed, correct sample says nothing of the spread across samples: no interval
+    few = int(np.isfinite(speedup).sum()) < MIN_SAMPLES
+    return {name: list(zip((f"{name}_lo", f"{name}_hi"), (math.nan, math.nan) if few else intervals.interval(d)))
             for name, d in draws.items()}
 
 
@@ -242,6 +263,7 @@ def summary_columns(
         ["n", "problems"]
         + [pass_col(k) for k in ks]
         + [f"{pass_col(k)}_se" for k in ks]
+        + [f"{pass_col(k)}{end}" for k in ks for end in ("_lo", "_hi")]
         + [f"{pass_col(k)}_problems" for k in ks]
         + [c for p in ps for c in bounded(fast_col(p))]
         + [c for name in ("geomean_speedup", "median_speedup", "median_sol_fraction", "faster_share")
@@ -293,7 +315,8 @@ def curves(df: pd.DataFrame, by: Sequence[str] = ("model",), ps: Sequence[float]
     fast_p@k is pass@k with "correct and faster than p" as success, so its variance is the same
     estimator's); NaN when a problem averaged has exactly k samples. ``lo``, ``hi``: the 95 %
     bootstrap band (:mod:`pkb_ray.intervals`: one set of draws per group, samples resampled within
-    problems, the estimator recomputed at every k on each draw); NaN without ``bootstrap``.
+    problems, the estimator recomputed at every k on each draw; not :func:`summarize`'s Wilson
+    intervals, so it closes onto 0 or 1 where every sample fails or passes); NaN without ``bootstrap``.
     """
     by = list(by)
     out = []
@@ -329,23 +352,25 @@ def curves(df: pd.DataFrame, by: Sequence[str] = ("model",), ps: Sequence[float]
 
 def fast_p_curve(df: pd.DataFrame, by: Sequence[str] = ("model",),
                  ps: Sequence[float] = CURVE_THRESHOLDS) -> pd.DataFrame:
-    """fast_p@1 against the threshold p (``ps``, increasing), per group of ``by``: columns
-    ``by + [p, value, lo, hi, problems]``; each value is :func:`summarize`'s ``fast_{p}@1`` and its
-    95 % interval is the bootstrap's over the same draws (:func:`pkb_ray.intervals.shares_above`:
-    every p at once, so equal to ``fast_{p}@1_lo``/``_hi`` up to rounding)."""
+    """fast_p@1 against the threshold p (``ps``), per group of ``by``: columns
+    ``by + [p, value, lo, hi, problems]``; each value and its 95 % Wilson interval is
+    :func:`summarize`'s ``fast_{p}@1`` with ``_lo``/``_hi`` (:func:`rate_interval`)."""
     by = list(by)
     out = []
     for key, g in df[df["status"] != Status.UNSUPPORTED_HARDWARE.value].groupby(by, sort=True, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
         problems = [pg for _, pg in g.groupby(list(PROBLEM_KEY), dropna=False)]
-        samples = pd.concat(problems)
-        correct = (samples["status"] == Status.CORRECT.value).to_numpy()
-        speedup = samples["speedup"].astype(float).where(correct).to_numpy()
-        r = intervals.resample([len(pg) for pg in problems])
-        draws = intervals.shares_above(r, speedup, ps)
+        sizes = [len(pg) for pg in problems]
+        fast = []  # per problem, per p: its samples correct and faster than p
+        for pg in problems:
+            speedup = pg["speedup"].astype(float).where(pg["status"] == Status.CORRECT.value).to_numpy()
+            with np.errstate(invalid="ignore"):  # NaN > p: False
+                fast.append((speedup[:, None] > np.asarray(ps, dtype=float)).sum(axis=0))
         for i, p in enumerate(ps):
-            lo, hi = intervals.interval(draws[:, i])
-            out.append({**dict(zip(by, key)), "p": float(p), "value": float((speedup > p) @ r.weight),
+            rates = [pass_at_k(n, int(c[i]), 1) for n, c in zip(sizes, fast)]
+            variances = [pass_at_k_variance(n, int(c[i]), 1) for n, c in zip(sizes, fast)]
+            lo, hi = rate_interval(rates, variances, sum(sizes))
+            out.append({**dict(zip(by, key)), "p": float(p), "value": float(np.mean(rates)),
                         "lo": lo, "hi": hi, "problems": len(problems)})
     return pd.DataFrame(out, columns=by + ["p", "value", "lo", "hi", "problems"])
 
@@ -412,10 +437,10 @@ def final_and_rounds(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | Non
 
 
 def by_round(df: pd.DataFrame, max_round: int) -> pd.DataFrame:
-    """pass@1, fast_1.0@1 and geomean speedup (with their intervals) per model after each
-    refinement round 0..max_round."""
-    scores = [pass_col(1), f"{pass_col(1)}_se", *(f"{c}{end}" for c in (fast_col(1.0), "geomean_speedup")
-                                                 for end in ("", "_lo", "_hi"))]
+    """pass@1 (with its SE and interval), fast_1.0@1 and geomean speedup (with their intervals) per
+    model after each refinement round 0..max_round."""
+    scores = [*(f"{pass_col(1)}{end}" for end in ("", "_se", "_lo", "_hi")),
+              *(f"{c}{end}" for c in (fast_col(1.0), "geomean_speedup") for end in ("", "_lo", "_hi"))]
     frames = []
     for r in range(max_round + 1):
         s = summarize(state_after(df, r), ["model"], ks=(1,), ps=(1.0,))

@@ -63,10 +63,12 @@ def test_report_has_every_section_with_the_right_numbers(run_dir, tmp_path):
     board = text.split("## Leaderboard")[1].split("##")[0]
     lines = [line for line in board.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
     assert lines[0].startswith("| 1 | strong |") and lines[1].startswith("| 2 | weak |")
-    # (0.75 + 0.5 + 0.5) / 3, SE sqrt(3/4 * 1/4 / 3 + 2 * 1/2 * 1/2 / 3) / 3 (metrics.pass_at_k_variance)
-    assert "| 0.583±0.16 |" in lines[0]
+    # (0.75 + 0.5 + 0.5) / 3, SE sqrt(3/4 * 1/4 / 3 + 2 * 1/2 * 1/2 / 3) / 3 = 0.16 (metrics.pass_at_k_variance):
+    # its Wilson interval over n_eff = p (1 - p) / SE^2 = 9.5 of the 12 samples
+    assert "| 0.583 [0.294, 0.825] |" in lines[0]
     # per problem: strong's best all_gather speedup is 3 with SOL fraction 0.3
-    assert "| all_gather | collective | strong | 4 | 0.5±0.289 | 3 | 0.3 |" in text  # SE sqrt(1/4 / 3)
+    # SE sqrt(1/4 / 3): n_eff = 1/4 / SE^2 = 3 of the 4 samples
+    assert "| all_gather | collective | strong | 4 | 0.5 [0.125, 0.875] | 3 | 0.3 |" in text
     # failures: weak has 3 compile errors
     assert "weak" in text and "compile_error" in text
     # every result has a block to open, and the per-problem table links each best sample to its block
@@ -123,9 +125,10 @@ def test_refined_samples_count_once_and_each_round_is_shown(tmp_path):
     board = text.split("## Leaderboard")[1].split("##")[0]
     weak = next(line for line in board.splitlines() if "| weak |" in line)
     assert "| 12 |" in weak  # still 12 samples: the refined versions replace the first answers
-    assert "| 0.417±0.144 |" in weak  # pass@1 = (3/4 + 1/4 + 1/4) / 3 after round 1 (was 0.25)
+    assert "| 0.417 [0.191, 0.684] |" in weak  # pass@1 = (3/4 + 1/4 + 1/4) / 3 after round 1 (was 0.25)
     rounds = text.split("## After each refinement round")[1]
-    assert "| weak | 0 | 12 | 0.25±0.144 |" in rounds and "| weak | 1 | 12 | 0.417±0.144 |" in rounds
+    assert "| weak | 0 | 12 | 0.25 [0.0764, 0.573] |" in rounds
+    assert "| weak | 1 | 12 | 0.417 [0.191, 0.684] |" in rounds
     assert 'id="refinement"' in page.read_text()
 
 
@@ -147,7 +150,7 @@ def test_spread_results_get_their_own_section_and_do_not_count_as_more_samples(t
     assert "| strong | all_reduce | 2x1 | 40 [40, 40] | 100 [100, 100] | 2.5 [2.5, 2.5] | 2 | 2 |" in text
     # the leaderboard still counts 4 samples of strong/all_reduce (pass@1 unchanged)
     board = text.split("## Leaderboard")[1].split("##")[0]
-    assert "| 0.583±0.16 |" in board
+    assert "| 0.583 [0.294, 0.825] |" in board
     # and W&B gets the same table (a real offline run, read back from its files)
     from pkb_ray.config import WandbConfig
     from pkb_ray.tracking import Tracker
@@ -228,7 +231,7 @@ def test_the_printed_table_wandb_and_the_report_agree_on_every_figure(run_dir, t
     import wandb_files
     from pkb_ray.config import WandbConfig
     from pkb_ray.summary import render_text
-    from pkb_ray.summary.sections import with_interval, with_se
+    from pkb_ray.summary.sections import with_interval
     from pkb_ray.tracking import Tracker
 
     summary = RunSummary.of(read_runs([run_dir]))
@@ -253,17 +256,18 @@ def test_the_printed_table_wandb_and_the_report_agree_on_every_figure(run_dir, t
         # printed: model problem n pass@1 pass@5 over fast_1.0@1 [95%] median speedup [95%]
         n, pass1, _, _, fast, median = printed[(model, "ALL")][2:8]
         assert (int(n), pass1, fast, median) == (
-            w("n"), with_se(w("pass@1"), w("pass@1_se"), two),
+            w("n"), with_interval(w("pass@1"), w("pass@1_lo"), w("pass@1_hi"), two),
             with_interval(w("fast_1.0@1"), w("fast_1.0@1_lo"), w("fast_1.0@1_hi"), two),
             with_interval(w("median_speedup"), w("median_speedup_lo"), w("median_speedup_hi"), two))
         cells = [c.strip() for c in board[f" {model} "]]
-        assert cells[4:10] == [str(w("n")), with_se(w("pass@1"), w("pass@1_se"))] + [
+        assert cells[4:10] == [str(w("n"))] + [
             with_interval(w(k), w(f"{k}_lo"), w(f"{k}_hi"))
-            for k in ("fast_1.0@1", "fast_1.5@1", "geomean_speedup", "median_sol_fraction")]
+            for k in ("pass@1", "fast_1.0@1", "fast_1.5@1", "geomean_speedup", "median_sol_fraction")]
         for problem in ("all_reduce", "all_gather", "gemm_rs"):
             wb = per_problem[(model, problem)]
-            assert printed[(model, problem)][3] == with_se(wb["pass@1"], wb["pass@1_se"], two)
-            assert problems[(model, problem)][5].strip() == with_se(wb["pass@1"], wb["pass@1_se"])
+            bounds = (wb["pass@1"], wb["pass@1_lo"], wb["pass@1_hi"])
+            assert printed[(model, problem)][3] == with_interval(*bounds, two)
+            assert problems[(model, problem)][5].strip() == with_interval(*bounds)
 
 
 def test_a_large_runs_wandb_page_is_the_light_one_and_its_sources_are_in_the_samples_table(tmp_path):

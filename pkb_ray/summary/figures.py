@@ -22,7 +22,8 @@ STATUS_COLORS = {
 
 def curves(summary: RunSummary) -> str:
     """pass@k and fast_1.0@k per model against k, and fast_p@1 against the threshold p, each line
-    with its 95 % bootstrap band shaded (:attr:`RunSummary.curves`, :attr:`RunSummary.thresholds`);
+    with its 95 % band shaded (bootstrap for the curves against k, Wilson for fast_p@1 against p:
+    :attr:`RunSummary.curves`, :attr:`RunSummary.thresholds`);
     the i-th model's bands have the ids ``curves-band-pass-<i>``, ``curves-band-fast_1.0-<i>`` and
     ``curves-band-fast_p-<i>``."""
     plt = pyplot()

@@ -1,5 +1,5 @@
 """The table a run prints: per model and problem, and per model over all its problems, each score
-with its standard error (``0.47±0.10``) or 95 % interval (``1.07 [0.95, 1.21]``); then each row's
+with its 95 % interval (``1.07 [0.95, 1.21]``); then each row's
 statuses in a block of their own. Every line fits :data:`WIDTH` columns: long model and problem
 names are shortened (the report has them whole)."""
 
@@ -12,13 +12,13 @@ import pandas as pd
 from pkb_ray.metrics import fast_col, pass_col
 from pkb_ray.names import Status
 from pkb_ray.summary.run import PARTIAL_RUN, RunSummary
-from pkb_ray.summary.sections import fold, with_interval, with_se
+from pkb_ray.summary.sections import fold, with_interval
 
 SHOWN_KS = (1, 5)  # of the summary's KS: the columns a terminal has room for
 WIDTH = 120  # an ordinary terminal
 GAP = "  "  # between columns: no cell holds two spaces in a row
 NAMES = ("model", "problem")  # shortened, in this order, when a line would be too wide
-NOTE = "±: standard error; [lo, hi]: 95 % bootstrap interval (docs/statistics.md)"
+NOTE = "[lo, hi]: 95 % interval (Wilson for rates, bootstrap for speedups; docs/statistics.md)"
 
 
 def _two(x) -> str:
@@ -35,7 +35,8 @@ def table(summary: RunSummary) -> str:
     cells["problem"] = rows["problem_id"].astype(str).tolist()
     cells["n"] = [str(int(n)) for n in rows["n"]]
     for k in SHOWN_KS:
-        cells[pass_col(k)] = [with_se(v, se, _two) for v, se in zip(rows[pass_col(k)], rows[f"{pass_col(k)}_se"])]
+        cells[pass_col(k)] = [with_interval(*v, _two) for v in
+                              zip(rows[pass_col(k)], rows[f"{pass_col(k)}_lo"], rows[f"{pass_col(k)}_hi"])]
     cells[f"{last} over"] = [f"{int(k)}/{int(n)}" for k, n in zip(rows[f"{last}_problems"], rows["problems"])]
     cells[f"{fast} [95%]"] = [with_interval(*v, _two) for v in zip(rows[fast], rows[f"{fast}_lo"], rows[f"{fast}_hi"])]
     cells["median speedup [95%]"] = [with_interval(*v, _two) for v in

@@ -1,11 +1,12 @@
 """What a run's W&B run holds of its :class:`~pkb_ray.summary.run.RunSummary`:
 
 - summary: :attr:`RunSummary.scalars` (every score over all models, ``pass@1`` ..., and per model,
-  ``<model>/pass@1`` ..., each with its standard error or 95 % interval, ``pass@1_se``,
-  ``fast_1.0@1_lo``/``_hi``, ``geomean_speedup_lo``/``_hi`` ..., ``fast_1.0@k`` with ``fast_1.0@k_se``
-  for k > 1, ``timing``), and
-  with refinement ``round<r>/pass@1`` (and ``_se``) and ``round<r>/fast_1.0@1`` (and ``_lo``/``_hi``)
-  (``<model>/round<r>/...`` with several models);
+  ``<model>/pass@1`` ..., each with its 95 % interval: Wilson for the rates, ``pass@1_lo``/``_hi``
+  (beside pass@k's standard error ``pass@1_se``), ``fast_1.0@1_lo``/``_hi``, bootstrap for the
+  speedups, ``geomean_speedup_lo``/``_hi`` ...; ``fast_1.0@k`` with its standard error
+  ``fast_1.0@k_se`` for k > 1; ``timing``), and with refinement ``round<r>/pass@1`` (and ``_se``,
+  ``_lo``, ``_hi``) and ``round<r>/fast_1.0@1`` (and ``_lo``/``_hi``) (``<model>/round<r>/...`` with
+  several models);
 - tables: ``samples`` (one row per result: size, message bytes, timing mode and times, message
   trimmed, source), ``per_problem``, ``per_category``, ``pass_at_k`` (the curves, long format, each
   point with its ``se`` and 95 % band ``lo``/``hi``), ``fast_p`` (fast_p@1 against p, with its band), and
@@ -43,7 +44,8 @@ def summary_keys(summary: RunSummary) -> dict[str, Any]:
         single = summary.rounds["model"].nunique() == 1
         for row in summary.rounds.to_dict("records"):
             prefix = f"round{row['round']}" if single else f"{row['model']}/round{row['round']}"
-            for key in ("pass@1", "pass@1_se", "fast_1.0@1", "fast_1.0@1_lo", "fast_1.0@1_hi"):
+            for key in ("pass@1", "pass@1_se", "pass@1_lo", "pass@1_hi",
+                        "fast_1.0@1", "fast_1.0@1_lo", "fast_1.0@1_hi"):
                 if pd.notna(row.get(key)):
                     out[f"{prefix}/{key}"] = row[key]
     return out
@@ -81,8 +83,8 @@ def history(summary: RunSummary, report: dict[str, str] | None = None) -> dict[s
     if summary.rounds is not None and not summary.rounds.empty:
         rounds = _table(summary.rounds)
         logged["rounds"] = rounds
-        logged["rounds_plot"] = wandb.plot.line(rounds, "round", "pass@1", stroke="model",
-                                                title="pass@1 after each refinement round (standard error: pass@1_se of the rounds table)")
+        title = "pass@1 after each refinement round (95 % Wilson interval: pass@1_lo, pass@1_hi of the rounds table)"
+        logged["rounds_plot"] = wandb.plot.line(rounds, "round", "pass@1", stroke="model", title=title)
     for path, text in (report or {}).items():
         logged[render_html.wandb_panel(path)] = wandb.Html(text, inject=False)
     return logged

@@ -57,14 +57,16 @@ def build(summary: RunSummary, entity: str, project: str, run_id: str, title: st
 
 
 def headline(scalars: dict[str, Any], metric: str) -> str:
-    """A headline bar's title: the metric with its figure and standard error or 95 % interval
-    (``pass@1 0.583±0.16``, ``fast_1.0@1 0.25 [0.0833, 0.5]``: a bar panel draws no error bar)."""
+    """A headline bar's title: the metric with its figure and 95 % interval, or standard error where
+    it has no interval (``pass@1 0.583 [0.294, 0.825] (95 % Wilson interval)``, ``geomean_speedup 1.2
+    [1.05, 1.37] (95 % bootstrap interval)``: a bar panel draws no error bar)."""
     value = scalars[metric]
-    if f"{metric}_se" in scalars:
-        return f"{metric} {sections.with_se(value, scalars[f'{metric}_se'])} (± standard error)"
     if f"{metric}_lo" in scalars and f"{metric}_hi" in scalars:
         shown = sections.with_interval(value, scalars[f"{metric}_lo"], scalars[f"{metric}_hi"])
-        return f"{metric} {shown} (95 % interval)"
+        kind = "Wilson" if metric.startswith(("pass@", "fast_")) else "bootstrap"  # rates: Wilson (metrics.py)
+        return f"{metric} {shown} (95 % {kind} interval)"
+    if f"{metric}_se" in scalars:
+        return f"{metric} {sections.with_se(value, scalars[f'{metric}_se'])} (± standard error)"
     return f"{metric} {sections.fmt(value)}"
 
 

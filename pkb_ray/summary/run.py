@@ -92,8 +92,8 @@ def _scalars(rows: pd.DataFrame, overall: pd.DataFrame) -> dict[str, Any]:
     """The run's headline figures: every score over all (model, problem) units ("pass@1", ...), the
     same per model ("<model>/pass@1", ...), fast_1.0@k for each k of KS (over the problems with at
     least k samples, as pass@k) with, for k > 1, its standard error ``fast_1.0@k_se`` (pass@k's
-    estimator, so pass@k's: NaN, and left out, where a problem has exactly k samples; fast_1.0@1
-    has its bootstrap interval), and the timing note."""
+    estimator, so pass@k's: NaN, and left out, where a problem has exactly k samples; fast_1.0@1 has
+    its Wilson interval ``fast_1.0@1_lo``/``_hi``, as pass@k has ``pass@k_lo``/``_hi``), and the timing note."""
     if rows.empty:
         return {}
     out: dict[str, Any] = {}

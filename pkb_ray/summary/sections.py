@@ -19,11 +19,12 @@ _SECOND = formats.second_verdict()
 NOTES = {
     "leaderboard": "pass@1: chance that one sample of a problem is correct on every rank, averaged over problems. "
                    "fast_p@1: chance that it is correct and more than p times faster than the PyTorch + NCCL "
-                   "reference. Speedups and fractions of speed of light are over correct samples.",
+                   "reference. Speedups and fractions of speed of light are over correct samples. [lo, hi]: 95 % "
+                   "interval, Wilson for pass@1 and fast_p@1, bootstrap for the speedups (docs/statistics.md).",
     "pass-at-k": "Unbiased estimates from n samples per problem, averaged over problems; k runs up to the fewest "
                  "samples any problem of the model has, so every point averages the same problems. Right: "
-                 "fast_p@1 against the threshold p. Shaded and [lo, hi]: 95 % bootstrap band (samples resampled "
-                 "within problems, docs/statistics.md).",
+                 "fast_p@1 against the threshold p. Shaded and [lo, hi]: 95 % bands, the bootstrap's for pass@k and "
+                 "fast_1.0@k (samples resampled within problems), Wilson intervals for fast_p@1 (docs/statistics.md).",
     "speedups": "Reference time / candidate time, correct samples only; each box is one category and model (the "
                 "samples' spread: quartiles and whiskers). The table: their geometric mean and the share of them "
                 "faster than the reference, each with its 95 % bootstrap interval (samples resampled within "
@@ -74,7 +75,8 @@ def optional(summary) -> dict[str, object]:
 
 
 def with_se(value, se, show=None) -> str:
-    """A score and its standard error, ``0.47±0.10`` (no ± when there is none)."""
+    """A score and its standard error, ``0.47±0.10`` (no ± when there is none), for a score without
+    an interval (:func:`with_interval` where it has one)."""
     show = show or fmt
     return show(value) if _missing(se) or _missing(value) else f"{show(value)}±{show(se)}"
 
@@ -89,21 +91,21 @@ def with_interval(value, lo, hi, show=None) -> str:
 
 
 def fold(df: pd.DataFrame) -> pd.DataFrame:
-    """A table as the pages show it: each column ``c`` with a ``c_se`` or ``c_lo``/``c_hi`` beside
+    """A table as the pages show it: each column ``c`` with a ``c_lo``/``c_hi`` or ``c_se`` beside
     it (:func:`pkb_ray.summary.tables.with_bounds`, the frames of :func:`pkb_ray.metrics.summarize`)
-    becomes one cell of text, and those columns go; so do columns with nothing in them (a run
-    without a speed-of-light bound shows no SOL column)."""
+    becomes one cell of text, its interval where it has both (pass@k), and those columns go; so do
+    columns with nothing in them (a run without a speed-of-light bound shows no SOL column)."""
     empty = {c for c in df.columns if len(df) and all(_missing(v) or v == "" for v in df[c])
              and not c.endswith(("_se", "_lo", "_hi"))}
     df = df.drop(columns=sorted(empty | {f"{c}{end}" for c in empty for end in ("_se", "_lo", "_hi")} & set(df.columns)))
     out, gone = df.copy(), set()
     for c in df.columns:
-        if f"{c}_se" in df:
-            out[c] = [with_se(v, se) for v, se in zip(df[c], df[f"{c}_se"])]
-            gone.add(f"{c}_se")
         if f"{c}_lo" in df and f"{c}_hi" in df:
             out[c] = [with_interval(v, lo, hi) for v, lo, hi in zip(df[c], df[f"{c}_lo"], df[f"{c}_hi"])]
-            gone |= {f"{c}_lo", f"{c}_hi"}
+            gone |= {f"{c}_lo", f"{c}_hi", f"{c}_se"} & set(df.columns)
+        elif f"{c}_se" in df:
+            out[c] = [with_se(v, se) for v, se in zip(df[c], df[f"{c}_se"])]
+            gone.add(f"{c}_se")
     return out.drop(columns=sorted(gone))
 
 

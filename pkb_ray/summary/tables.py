@@ -19,9 +19,9 @@ BEST = "best speedup (max)"  # a maximum of the samples: shown without an interv
 
 
 def with_bounds(shown: str, frame: pd.DataFrame, column: str) -> dict[str, pd.Series]:
-    """``frame[column]`` as the column ``shown``, with its standard error (``<shown>_se``) or
-    interval (``<shown>_lo``, ``<shown>_hi``) where ``frame`` has one; the pages fold them into
-    one cell (:func:`pkb_ray.summary.sections.fold`)."""
+    """``frame[column]`` as the column ``shown``, with its standard error (``<shown>_se``) and
+    interval (``<shown>_lo``, ``<shown>_hi``) where ``frame`` has them; the pages fold them into
+    one cell, the interval where there is one (:func:`pkb_ray.summary.sections.fold`)."""
     out = {shown: frame[column]}
     for end in ("_se", "_lo", "_hi"):
         if f"{column}{end}" in frame:
@@ -30,7 +30,7 @@ def with_bounds(shown: str, frame: pd.DataFrame, column: str) -> dict[str, pd.Se
 
 
 def leaderboard(rows: pd.DataFrame, overall: pd.DataFrame) -> pd.DataFrame:
-    """One row per model, ranked by fast_1.0@1 then pass@1 (each score with its SE or interval)."""
+    """One row per model, ranked by fast_1.0@1 then pass@1 (each score with its interval)."""
     board = pd.DataFrame({
         "model": overall["model"],
         "problems": [rows.loc[rows["model"] == m, "problem_id"].nunique() for m in overall["model"]],
@@ -61,15 +61,16 @@ def status_shares(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def problems(rows: pd.DataFrame, per_problem: pd.DataFrame) -> pd.DataFrame:
-    """Per problem and model: pass@1, the best correct sample's speedup, fraction of speed of light
-    and times (with spread), and the anchor of its block in the page."""
+    """Per problem and model: pass@1 (with its standard error and 95 % Wilson interval), the best
+    correct sample's speedup, fraction of speed of light and times (with spread), and the anchor of
+    its block in the page."""
     scores = per_problem.set_index(["problem_id", "model"])
     out = []
     for (pid, model), g in rows.groupby(["problem_id", "model"], sort=True):
         best = _best(g)
         out.append({"problem": pid, "category": g["category"].iloc[0], "model": model, "samples": len(g),
-                    "pass@1": scores.loc[(pid, model), pass_col(1)],
-                    "pass@1_se": scores.loc[(pid, model), f"{pass_col(1)}_se"],
+                    **{f"pass@1{end}": scores.loc[(pid, model), f"{pass_col(1)}{end}"]
+                       for end in ("", "_se", "_lo", "_hi")},
                     BEST: best["speedup"] if best is not None else math.nan,
                     "SOL fraction of best": best["sol_fraction"] if best is not None else math.nan,
                     "SOL": {"traced": "estimate (traced)"}.get(best.get("sol_source", ""), "")
@@ -78,10 +79,10 @@ def problems(rows: pd.DataFrame, per_problem: pd.DataFrame) -> pd.DataFrame:
                     "best us": best["cand_time_us"] if best is not None and "cand_time_us" in best else math.nan,
                     "best IQR us": _spread(best, "cand_iqr_us") if best is not None else math.nan,
                     "best sample": sample_anchor(best) if best is not None else ""})
-    return pd.DataFrame(out, columns=["problem", "category", "model", "samples", "pass@1", "pass@1_se", BEST,
-                                      "SOL fraction of best", "SOL", "reference us", "reference us_lo",
-                                      "reference us_hi", "best us", "best IQR us",
-                                      "best sample"])
+    return pd.DataFrame(out, columns=["problem", "category", "model", "samples", "pass@1", "pass@1_se",
+                                      "pass@1_lo", "pass@1_hi", BEST, "SOL fraction of best", "SOL",
+                                      "reference us", "reference us_lo", "reference us_hi", "best us",
+                                      "best IQR us", "best sample"])
 
 
 class GridCell(NamedTuple):

@@ -1,5 +1,5 @@
-"""Standard errors of pass@k and bootstrap intervals (pkb_ray.metrics, pkb_ray.intervals): hand
-values, and the properties an interval must have."""
+"""Standard errors of pass@k, Wilson and bootstrap intervals (pkb_ray.metrics, pkb_ray.intervals):
+hand values, and the properties an interval must have."""
 
 import math
 import random
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from pkb_ray import intervals
-from pkb_ray.metrics import pass_at_k_variance, pass_se, summarize
+from pkb_ray.metrics import pass_at_k_variance, pass_se, rate_interval, summarize
 
 
 def _rows(problems: dict[str, list[tuple[str, float | None]]], model: str = "m") -> pd.DataFrame:
@@ -63,12 +63,64 @@ def test_bootstrap_interval_shrinks_with_more_samples():
     assert large[0] < small[0] / 3 and large[1] < small[1] / 3  # ~ 1/sqrt(n): 40x the samples, ~1/6 the width
 
 
-def test_equal_speedups_give_a_zero_width_interval():
+def test_equal_speedups_give_a_zero_width_interval_but_rates_never_do():
     row = summarize(_rows({"p1": [("correct", 1.5)] * 5, "p2": [("correct", 1.5)] * 3}), ["model"]).iloc[0]
-    for name in ("geomean_speedup", "median_speedup", "fast_1.0@1"):
+    for name in ("geomean_speedup", "median_speedup"):
         assert row[f"{name}_lo"] == pytest.approx(row[name], abs=1e-12)
         assert row[f"{name}_hi"] == pytest.approx(row[name], abs=1e-12)
     assert row["pass@1_se"] == 0.0
+    # every sample correct (and faster): hi = 1, and lo the binomial's of 8 samples, not 1
+    for name in ("pass@1", "fast_1.0@1"):
+        assert row[name] == row[f"{name}_hi"] == 1.0 and row[f"{name}_lo"] == pytest.approx(intervals.wilson(1.0, 8)[0])
+        assert row[f"{name}_lo"] < 0.7
+
+
+# ---------------------------------------------------------------- Wilson intervals of the rates
+
+
+def test_wilson_interval_by_hand():
+    assert intervals.wilson(0.5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
+    lo, hi = intervals.wilson(0.0, 10)
+    assert lo == 0.0 and hi == pytest.approx(0.2775, abs=1e-4)
+    assert intervals.wilson(1.0, 10) == pytest.approx((0.7225, 1.0), abs=1e-4) and intervals.wilson(1.0, 10)[1] == 1.0
+    assert intervals.wilson(0.2, 100, z=1.0)[0] < 0.2 < intervals.wilson(0.2, 100, z=1.0)[1]
+    for p, n in ((math.nan, 10), (0.5, 0), (0.5, math.nan)):
+        assert all(map(math.isnan, intervals.wilson(p, n))), (p, n)
+
+
+def test_effective_sample_size_is_kishs_capped_at_the_samples():
+    assert intervals.effective_n(0.5, 0.1, 100) == pytest.approx(25)  # 0.25 / 0.01
+    assert intervals.effective_n(0.5, 0.01, 100) == 100  # 2500 trials' worth: capped at the samples
+    for p, se in ((0.5, 0.0), (0.5, math.nan), (0.0, 0.1), (1.0, 0.1)):
+        assert intervals.effective_n(p, se, 12) == 12, (p, se)  # the SE says nothing: a binomial over all
+
+
+def test_a_rate_interval_widens_with_the_standard_error_and_is_nan_without_problems():
+    # two problems of 10, 3 and 7 correct: se^2 = (0.21 + 0.21) / 9 / 4, n_eff = 0.25 / se^2 = 21.4 of 20: capped
+    var = pass_at_k_variance(10, 3, 1)
+    assert rate_interval([0.3, 0.7], [var, var], 20) == pytest.approx(intervals.wilson(0.5, 20))
+    # one problem of 2 samples, 1 correct: se = 0.5, n_eff = 1 (not 2): wider than a binomial over 2
+    lo, hi = rate_interval([0.5], [pass_at_k_variance(2, 1, 1)], 2)
+    two = intervals.wilson(0.5, 2)
+    assert (lo, hi) == pytest.approx(intervals.wilson(0.5, 1)) and hi - lo > two[1] - two[0]
+    assert all(map(math.isnan, rate_interval([], [], 0)))
+
+
+def test_summarized_rates_have_wilson_intervals():
+    one = summarize(_rows({"p": [("correct", 2.0)]}), ["model"], ks=(1, 2)).iloc[0]
+    assert one["pass@1"] == one["pass@1_hi"] == 1.0 and one["pass@1_lo"] < 0.25  # one correct sample: wide
+    assert math.isnan(one["pass@1_se"]) and math.isnan(one["pass@2_lo"]) and math.isnan(one["pass@2_hi"])
+    none = summarize(_rows({"p1": [("crash", None)] * 4, "p2": [("correct", 0.5)] * 6}), ["model"], ks=(1, 2)).iloc[0]
+    for p in (1.0, 2.0):  # no sample faster: lo = 0 and hi > 0, the binomial's of the 10 samples
+        assert none[f"fast_{p}@1"] == none[f"fast_{p}@1_lo"] == 0.0
+        assert none[f"fast_{p}@1_hi"] == pytest.approx(intervals.wilson(0.0, 10)[1])
+    assert (none["pass@1_lo"], none["pass@1_hi"]) == pytest.approx(intervals.wilson(0.5, 10))  # se 0: all 10
+    # pass@2 over draws of 2: p1 fails every draw, p2 passes every one: se 0, n_eff = 10 / 2
+    assert (none["pass@2_lo"], none["pass@2_hi"]) == pytest.approx(intervals.wilson(0.5, 5))
+    rows = _rows({"p1": [("correct", 1.0)] * 3 + [("wrong_output", None)],
+                  "p2": [("correct", 2.0), ("timeout", None), ("crash", None)]})
+    row = summarize(rows, ["model"], ks=(1,)).iloc[0]  # p = 13/24, se = 5/24: n_eff = p (1 - p) / se^2 = 5.72 of 7
+    assert (row["pass@1_lo"], row["pass@1_hi"]) == pytest.approx(intervals.wilson(13 / 24, 143 / 25))
 
 
 def test_resamples_stay_within_their_problem():
@@ -100,20 +152,6 @@ def test_counts_are_each_problems_successes_in_each_draw():
     assert c[:, 0].max() <= 3 and c[:, 1].max() <= 2
 
 
-def test_shares_above_every_threshold_are_the_share_of_each():
-    rng = np.random.default_rng(3)
-    values = np.where(rng.random(40) < 0.3, np.nan, rng.lognormal(0, 0.7, 40))  # NaN: never above
-    values[:3] = [1.0, 0.5, 2.0]  # exactly a threshold: not above it
-    r = intervals.resample([10, 25, 5])
-    ps = [0.0, 0.5, 0.8, 1.0, 1.5, 2.0]
-    above = intervals.shares_above(r, values, ps)
-    assert above.shape == (intervals.RESAMPLES, len(ps))
-    for i, p in enumerate(ps):
-        assert np.allclose(above[:, i], intervals.share(r, np.nan_to_num(values, nan=-1.0) > p), atol=1e-12), p
-    with pytest.raises(ValueError):
-        intervals.shares_above(r, values, [1.0, 0.5])
-
-
 def test_every_curve_point_has_a_band_holding_it_and_the_first_fast_one_is_fast_p_at_1s():
     from pkb_ray.metrics import curves
 
@@ -123,10 +161,11 @@ def test_every_curve_point_has_a_band_holding_it_and_the_first_fast_one_is_fast_
     assert (c["lo"] <= c["value"] + 1e-12).all() and (c["value"] <= c["hi"] + 1e-12).all()
     assert (c[c["k"] <= 3]["hi"] - c[c["k"] <= 3]["lo"] > 0.05).all()  # a real band where the estimate is not at 1
     assert c[["lo", "hi"]].equals(again[["lo", "hi"]])  # seeded
-    # k = 1: the same draws as summarize's, so fast_1.0@1's band is its interval in the tables
+    # k = 1: summarize's fast_1.0@1, with the bootstrap's band (the tables have its Wilson interval)
     s, first = summarize(rows, ["model"]).iloc[0], c[(c["k"] == 1) & (c["metric"] == "fast_1.0")].iloc[0]
-    assert (first["value"], first["lo"], first["hi"]) == pytest.approx((s["fast_1.0@1"], s["fast_1.0@1_lo"],
-                                                                        s["fast_1.0@1_hi"]))
+    assert first["value"] == pytest.approx(s["fast_1.0@1"])
+    draws = intervals.share(intervals.resample([8] * 6), (rows["status"] == "correct") & (rows["speedup"] > 1.0))
+    assert (first["lo"], first["hi"]) == pytest.approx(intervals.interval(draws))
     assert c[(c["k"] == 1) & (c["metric"] == "pass")].iloc[0]["se"] == pytest.approx(s["pass@1_se"])
 
 

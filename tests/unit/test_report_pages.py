@@ -199,7 +199,7 @@ def test_the_grids_share_leaves_out_samples_the_hardware_could_not_run(tmp_path)
 def test_the_share_faster_than_the_reference_and_the_reference_times_have_intervals(tmp_path):
     from pkb_ray.summary import render_markdown
     from pkb_ray.summary.render_wandb_report import build
-    from pkb_ray.summary.sections import NOTES, with_interval, with_se
+    from pkb_ray.summary.sections import NOTES, with_interval
 
     summary = summary_of(200, tmp_path)
     md = render_markdown.page(summary, "t", "now")
@@ -236,11 +236,16 @@ def test_the_share_faster_than_the_reference_and_the_reference_times_have_interv
     report = build(summary, "team", "pkb_ray", "run1", "t")
     bars = [p.title for b in report.blocks if isinstance(b, wr.PanelGrid) for p in b.panels
             if isinstance(p, wr.BarPlot)]
-    assert bars == [f"pass@1 {with_se(keys['pass@1'], keys['pass@1_se'])} (± standard error)",
+    assert bars == [f"pass@1 {with_interval(keys['pass@1'], keys['pass@1_lo'], keys['pass@1_hi'])}"
+                    " (95 % Wilson interval)",
                     f"fast_1.0@1 {with_interval(keys['fast_1.0@1'], keys['fast_1.0@1_lo'], keys['fast_1.0@1_hi'])}"
-                    " (95 % interval)",
+                    " (95 % Wilson interval)",
                     "geomean_speedup " + with_interval(keys["geomean_speedup"], keys["geomean_speedup_lo"],
-                                                       keys["geomean_speedup_hi"]) + " (95 % interval)"]
+                                                       keys["geomean_speedup_hi"]) + " (95 % bootstrap interval)"]
+    # the per-problem table: pass@1 with its Wilson interval, not its standard error
+    row = problems.iloc[0]
+    cell = with_interval(row["pass@1"], row["pass@1_lo"], row["pass@1_hi"])
+    assert row["pass@1_lo"] < row["pass@1_hi"] and f"| {cell} |" in md.split("## Per problem")[1].split("\n## ")[0]
 
 
 def test_the_across_nodes_ratio_has_an_interval_from_the_references_measurements(tmp_path):
@@ -312,6 +317,9 @@ def test_tables_leave_out_columns_with_nothing_in_them():
     shown = fold(df)
     assert list(shown.columns) == ["model", "pass@1", "speedup"]
     assert shown["pass@1"].tolist() == ["0.5±0.1", "1±0"]  # a column with something in it stays
+    both = fold(df.assign(**{"pass@1_lo": [0.3, 0.7], "pass@1_hi": [0.7, 1.0]}))
+    assert list(both.columns) == ["model", "pass@1", "speedup"]
+    assert both["pass@1"].tolist() == ["0.5 [0.3, 0.7]", "1 [0.7, 1]"]  # an interval where there is one, not the SE
 
 
 def test_a_report_over_models_of_different_problems_compares_the_common_ones():
@@ -327,3 +335,24 @@ def test_a_report_over_models_of_different_problems_compares_the_common_ones():
     assert note.endswith("compared on the 2 they share; left out: a: p3")
     same = df[df.problem_id != "p3"]
     assert common_problems(same)[1] == "" and len(common_problems(same)[0]) == 4
+
+
+def test_a_multiruns_jobs_over_the_same_samples_are_entries_of_their_own(tmp_path, capsys):
+    """Two jobs of a multirun (eager and graph timing) evaluated the same samples: neither's rows
+    replace the other's (the report said "2 results" for 4 rows); each job is its own model entry.
+    A folder named twice is still read once."""
+    from pkb_ray.summary.cli import main, read_rows
+
+    results = bench.synthetic_results(8)
+    sweep = tmp_path / "multirun"
+    for job in ("0_eval.timing_mode=eager", "1_eval.timing_mode=graph"):
+        write_results(results, sweep / job / "results")
+    df, read, renamed = read_rows([sweep, sweep / "0_eval.timing_mode=eager"])
+    assert len(df) == read == 16
+    assert sorted(df["model"].unique()) == renamed == ["model-a [0_eval.timing_mode=eager]",
+                                                       "model-a [1_eval.timing_mode=graph]"]
+    assert main([str(sweep), "--out", str(tmp_path / "rep")]) == 0
+    said = capsys.readouterr()
+    assert said.out.startswith("16 results ->") and "each is an entry of its own" in said.err
+    alone, _, renamed = read_rows([sweep / "0_eval.timing_mode=eager"])
+    assert len(alone) == 8 and renamed == [] and set(alone["model"]) == {"model-a"}
