@@ -129,12 +129,11 @@ def grid_html(summary: RunSummary, href: Href | None = None) -> str:
 
 
 def grid_share(cell: GridCell) -> str:
-    """A cell's share correct as its tooltip says it: ``50% ± 29% of 4 samples correct``."""
+    """A cell's share correct as its tooltip says it: ``50% [15%, 85%] of 4 samples correct``."""
     if not cell.samples:
         return "no sample the hardware could run"
-    if math.isnan(cell.correct_se):
-        return f"{cell.correct:.0%} of {cell.samples} sample(s) correct (no standard error from one sample)"
-    return f"{cell.correct:.0%} ± {cell.correct_se:.0%} of {cell.samples} samples correct (± standard error)"
+    return (f"{cell.correct:.0%} [{cell.correct_lo:.0%}, {cell.correct_hi:.0%}] of {cell.samples} sample(s) correct "
+            "(95 % Wilson interval)")
 
 
 def grid_legend() -> str:

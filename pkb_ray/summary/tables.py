@@ -96,43 +96,44 @@ class GridCell(NamedTuple):
     anchor: str
     correct: float
     best_speedup: float
-    correct_se: float = math.nan
+    correct_lo: float = math.nan  # the share's 95 % Wilson interval (the per-problem pass@1's)
+    correct_hi: float = math.nan
     samples: int = 0
     timed: int = 0
 
 
 def grid_cells(rows: pd.DataFrame, per_problem: pd.DataFrame) -> dict[str, dict[str, GridCell]]:
-    """problem -> model -> :class:`GridCell`: the share correct and its SE (``per_problem``'s pass@1,
+    """problem -> model -> :class:`GridCell`: the share correct and its interval (``per_problem``'s pass@1,
     so samples the hardware could not run are left out, as there), the best correct speedup and
     that sample's anchor."""
     scores = per_problem.set_index(["problem_id", "model"])
     cells: dict[str, dict[str, GridCell]] = {}
     for (pid, model), g in rows.groupby(["problem_id", "model"], sort=True):
         score = scores.loc[(pid, model)]
-        rate, se = float(score[pass_col(1)]), float(score[f"{pass_col(1)}_se"])
+        rate, lo, hi = (float(score[f"{pass_col(1)}{end}"]) for end in ("", "_lo", "_hi"))
         best = _best(g)
         text = ("-" if math.isnan(rate) else f"{rate:.2f}") + (f" / {best['speedup']:.2f}x" if best is not None else "")
         timed = int(((g["status"] == CORRECT) & g["speedup"].notna()).sum())
         cells.setdefault(pid, {})[model] = GridCell(
             text, sample_anchor(best) if best is not None else "", 0.0 if math.isnan(rate) else rate,
-            float(best["speedup"]) if best is not None else math.nan, se,
+            float(best["speedup"]) if best is not None else math.nan, lo, hi,
             int(g["status"].ne(Status.UNSUPPORTED_HARDWARE.value).sum()), timed)
     return cells
 
 
 def grid_table(cells: dict[str, dict[str, GridCell]], models: list[str]) -> pd.DataFrame:
-    """The grid as text, one row per problem: each model's cell and, beside it (``<model> share SE``),
-    the standard error of its share correct ("" where the model has no sample of the problem or
-    the share none)."""
+    """The grid as text, one row per problem: each model's cell and, beside it (``<model> share 95 %``),
+    the Wilson interval of its share correct ("" where the model has no sample of the problem)."""
     out = []
     for pid, row in sorted(cells.items()):
         line = {"problem": pid}
         for m in models:
             cell = row.get(m)
             line[m] = cell.text if cell else ""
-            line[f"{m} share SE"] = f"±{cell.correct_se:.2f}" if cell and not math.isnan(cell.correct_se) else ""
+            line[f"{m} share 95 %"] = (f"[{cell.correct_lo:.2f}, {cell.correct_hi:.2f}]"
+                                       if cell and not math.isnan(cell.correct_lo) else "")
         out.append(line)
-    return pd.DataFrame(out, columns=["problem", *(c for m in models for c in (m, f"{m} share SE"))])
+    return pd.DataFrame(out, columns=["problem", *(c for m in models for c in (m, f"{m} share 95 %"))])
 
 
 def curve_table(curves: pd.DataFrame) -> pd.DataFrame:

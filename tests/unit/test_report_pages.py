@@ -73,12 +73,14 @@ def test_the_grid_is_a_heat_map_of_best_speedup_and_share_correct_with_a_legend(
     cell = summary.grid["problem_001"]["model-c"]
     style = f"background-color:{render_html.heat(cell.best_speedup)};background-size:{cell.correct * 100:.0f}% 4px"
     assert f'style="{style}"' in html and f">{cell.text}</a>" in html  # coloured, its text kept
-    # the share is pass@1 of the per-problem table, its standard error in the tooltip; the best speedup is
+    # the share is pass@1 of the per-problem table, its Wilson interval in the tooltip; the best speedup is
     # labelled a maximum, without an interval
     score = summary.per_problem.set_index(["model", "problem_id"]).loc[("model-c", "problem_001")]
-    assert (cell.correct, cell.correct_se, cell.samples) == (score["pass@1"], score["pass@1_se"], 25)
-    assert 0 < cell.correct_se < 0.2
-    assert (f"{cell.correct:.0%} ± {cell.correct_se:.0%} of 25 samples correct (± standard error), best correct "
+    assert (cell.correct, cell.correct_lo, cell.correct_hi, cell.samples) == (
+        score["pass@1"], score["pass@1_lo"], score["pass@1_hi"], 25)
+    assert 0 < cell.correct_lo < cell.correct < cell.correct_hi < 1
+    assert (f"{cell.correct:.0%} [{cell.correct_lo:.0%}, {cell.correct_hi:.0%}] of 25 sample(s) correct (95 % Wilson "
+            "interval), best correct "
             f"speedup {cell.best_speedup:.2f}x (the maximum of {cell.timed} correct, timed samples: "
             "no interval)") in html
     assert cell.timed == int(((summary.rows["model"] == "model-c") & (summary.rows["problem_id"] == "problem_001")
@@ -140,11 +142,11 @@ def test_every_figure_of_the_report_has_its_interval_or_says_it_has_none(tmp_pat
             point = c.loc[(model, metric, k)]
             assert point["lo"] < point["value"] <= point["hi"] or point["value"] == point["hi"] == 1.0
             assert table[(model, str(k))][column] == with_interval(point["value"], point["lo"], point["hi"])
-    # the grid in report.md: each cell, then its share's standard error
+    # the grid in report.md: each cell, then its share's interval
     grid = {r[0]: r for r in _cells(md, "Models x problems")}
     cell = summary.grid["problem_001"]["model-c"]
     i = 1 + 2 * models.index("model-c")
-    assert grid["problem_001"][i:i + 2] == [cell.text, f"±{cell.correct_se:.2f}"]
+    assert grid["problem_001"][i:i + 2] == [cell.text, f"[{cell.correct_lo:.2f}, {cell.correct_hi:.2f}]"]
     # best speedups: a maximum, said to have no interval where they are shown
     assert "best speedup (max)" in md and "maximum" in NOTES["problems"] and "without an interval" in NOTES["grid"]
     assert "no interval" in "".join(figures.sizes(pd.DataFrame([
