@@ -1,6 +1,6 @@
 """The compile stage on this machine: one nvcc build, a cache hit, and N distinct sources on the pool.
 
-    .venv/bin/python scripts/bench_compile.py --sources 8 --out docs/bench_compile_cpu.json
+    .venv/bin/python scripts/bench_compile.py --sources 8 --out docs/benchmarks/data/bench_compile_cpu.json
 
 Builds variants of the one-shot all-reduce kernel of kernels/ (each with a distinct constant, so
 each is a distinct source) into a fresh cache: once in this process (one build, then the same

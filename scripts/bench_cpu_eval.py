@@ -1,6 +1,6 @@
 """Per-sample evaluation time and the speedup spread of reference copies, on CPU (gloo).
 
-    .venv/bin/python scripts/bench_cpu_eval.py --world-size 2 --reps 3 --out docs/bench_cpu_eval.json
+    .venv/bin/python scripts/bench_cpu_eval.py --world-size 2 --reps 3 --out docs/benchmarks/data/bench_cpu_eval.json
 
 Evaluates every problem's reference copy (from samples/replay) ``reps`` times through one
 Harness, with and without prewarmed rank processes, and prints: seconds per sample (handed to

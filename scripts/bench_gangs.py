@@ -1,6 +1,6 @@
 """Gangs under load, through Ray and the gang pool: statuses, overhead, recovery, leaks, spread.
 
-    python scripts/bench_gangs.py --device cuda --out docs/bench_gangs_h200x2   # 2 x H200, NCCL
+    python scripts/bench_gangs.py --device cuda --out docs/benchmarks/data/bench_gangs_h200x2   # 2 x H200, NCCL
     python scripts/bench_gangs.py --device cpu --reps 2 --out /tmp/bench        # gloo, logical GPUs
 
 Phases (``--phases``, comma separated; all by default), each writing ``<phase>.json`` in ``--out``:

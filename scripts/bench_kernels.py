@@ -1,7 +1,7 @@
 """Expert kernels against the NCCL reference over message sizes, through the harness (no Ray).
 
-    python3 scripts/bench_kernels.py --device cuda --out docs/bench_kernels_h200x2.json   # GPU machine
-    python3 scripts/bench_kernels.py --rescore docs/bench_kernels_h200x2_bf16.json         # SOL again, from conf/hardware
+    python3 scripts/bench_kernels.py --device cuda --out docs/benchmarks/data/bench_kernels_h200x2.json   # GPU machine
+    python3 scripts/bench_kernels.py --rescore docs/benchmarks/data/bench_kernels_h200x2_bf16.json         # SOL again, from conf/hardware
     .venv/bin/python scripts/bench_kernels.py --device cpu --max-bytes 65536 --out /tmp/k.json  # gloo, a check
 
 For every kernel in kernels/<problem>/ of a problem with a ``numel`` knob (and all-to-all, sized

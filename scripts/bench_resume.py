@@ -1,7 +1,7 @@
 """A long synthetic sweep killed with SIGKILL at random moments, resumed each time, until it ends:
 every sample must end with exactly one result, and nothing a killed driver started may outlive it.
 
-    .venv/bin/python scripts/bench_resume.py --samples 4000 --distinct 100 --kills 3 --out docs/bench_resume_cpu.json
+    .venv/bin/python scripts/bench_resume.py --samples 4000 --distinct 100 --kills 3 --out docs/benchmarks/data/bench_resume_cpu.json
 
 The sample set: ``--distinct`` samples of scripts/make_samples.py (every variant: correct, wrong,
 hanging, crashing) over a few collectives, given ``--samples`` identities in turn (sample_index 0..N-1).

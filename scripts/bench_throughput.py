@@ -1,6 +1,6 @@
 """Throughput of the whole pipeline against a naive harness, on the same samples, in one run.
 
-    .venv/bin/python scripts/bench_throughput.py --samples 500 --naive 20 --out docs/bench_throughput_cpu.json
+    .venv/bin/python scripts/bench_throughput.py --samples 500 --naive 20 --out docs/benchmarks/data/bench_throughput_cpu.json
     python3 scripts/bench_throughput.py --device cuda --samples 500 --naive 20 --out ...   # GPU machine
 
 pkb_ray: ``--samples`` synthetic samples (scripts/make_samples.py, hangs and crashes included)

@@ -8,7 +8,7 @@ often runs that differ only by timing noise are flagged (the false-flag rate).
 No sweep: each run's result rows are written with pkb_ray.results.write_results to a folder and
 read back as the command reads them (pkb_ray.summary.cli.read_runs). Statuses are the samples'
 ``# expect:``; a correct sample's speedup is its measured one on 2 x H200
-(docs/bench_replay_h200x2_small.json, rounded: reference copies 1.0, one_shot 0.90,
+(docs/benchmarks/data/bench_replay_h200x2_small.json, rounded: reference copies 1.0, one_shot 0.90,
 chunked_slower 0.20, direct_sends 0.81) times lognormal timing noise of each run's own, sigma 0.1
 (the CPU noise model of docs/benchmarks/timing.md: a reference copy's speedup has stdev 0.097).
 docs/statistics.md quotes the output.
