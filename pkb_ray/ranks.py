@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import select
 import secrets
 import signal
 import subprocess
@@ -104,11 +105,14 @@ def child_env(extra: dict[str, str] | None = None, num_threads: int = 1, *, mult
 
 
 def wait_for(step: str, ranks: list[int], collect, phases, deadline: float, since: float,
-             poll_s: float = POLL_S, kind: type[Report] = Report, answered=None) -> StepOutcome:
+             poll_s: float = POLL_S, kind: type[Report] = Report, answered=None,
+             readable=None) -> StepOutcome:
     """Poll (``collect(outcome)``, which adds the raw reports) until every rank reported, one failed
     (plus a grace), or the deadline; then call ``answered()`` (the parent's rounds stop the set
     there: before the reports are read, so that reading them stays outside the bracket), and read
-    each report as the step's record ``kind``."""
+    each report as the step's record ``kind``. Between looks, ``readable(poll_s)`` waits until a
+    report pipe has something to read or ``poll_s`` passed (a plain sleep without it): a report is
+    seen when it lands, not up to a sleep later, so a region's bracket holds no polling delay."""
     out = StepOutcome(step)
     first_failure: float | None = None
     while True:
@@ -124,7 +128,10 @@ def wait_for(step: str, ranks: list[int], collect, phases, deadline: float, sinc
             first_failure = now
         if now >= deadline or (first_failure is not None and now - first_failure >= ERROR_GRACE_S):
             break
-        time.sleep(poll_s)
+        if readable is not None:
+            readable(poll_s)
+        else:
+            time.sleep(poll_s)
     out.answered_at = time.perf_counter()
     if answered is not None:
         answered()
@@ -237,7 +244,8 @@ class RankSet:
         rank_args = ["--world-size", str(self.world_size),
                      "--store", store_addr, "--prefix", prefix, "--backend", backend, "--job-dir", str(self.job_dir),
                      "--pg-timeout", str(pg_timeout_s), "--num-threads", str(num_threads), "--role", role,
-                     *(["--host-store"] if own_network else [])]
+                     *(["--host-store"] if own_network else []),
+                     *(["--gpu-rank-cores", os.environ["PKB_GPU_RANK_CORES"]] if os.environ.get("PKB_GPU_RANK_CORES") else [])]
         reads, writes, self._pipes, self._reports = [], [], [], {}
         self._exits_seen = 0.0  # when a wait last read the exit files (EXIT_POLL_S)
         for rank in self.ranks:
@@ -363,7 +371,18 @@ class RankSet:
     def wait(self, tag: str, deadline: float, since: float, poll_s: float = POLL_S,
              kind: type[Report] = Report, answered=None) -> StepOutcome:
         return wait_for(tag, self.ranks, lambda out: self.collect(tag, out), self.phases, deadline, since, poll_s,
-                        kind, answered)
+                        kind, answered, readable=self._readable)
+
+    def _readable(self, timeout_s: float) -> None:
+        """Until a report pipe has bytes (or its writer closed it), at most ``timeout_s``."""
+        fds = [r.fd for r in self._reports.values() if r.fd >= 0 and not r.eof]
+        if not fds:
+            time.sleep(timeout_s)
+            return
+        try:
+            select.select(fds, [], [], timeout_s)
+        except (OSError, ValueError):  # a descriptor closed meanwhile: the next look says what happened
+            pass
 
     def log_tail(self, rank: int, chars: int = LOG_TAIL_CHARS) -> str:
         try:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pkb_ray.config import EvalConfig
@@ -45,8 +45,8 @@ from pkb_ray.memory import Unreadable, write_capture
 from pkb_ray.round_checks import check_call
 from pkb_ray.runner.protocol import tensor_file
 from pkb_ray.staging import Copies, misfit
-from pkb_ray.wire import (Answer, Capture, Case, CheckTimed, Command, Fill, Finding, Pick, Stage, Step, TimeRegion,
-                           Tol, Watch)
+from pkb_ray.wire import (Answer, Capture, Case, CheckTimed, Command, Fill, Finding, Pick, RegionReport, Stage, Step,
+                           TimeRegion, Tol, Watch)
 
 REGION_POLL_S = 0.0002  # the parent's bracket is as fine as its look at the reports
 # A graph replay's region holds at most this many times the eager region's calls. More calls share
@@ -114,6 +114,7 @@ class RoundDriver:
         self._stopped: dict[int, bool] = {}  # id(rank set) -> seen stopped since its last step
         self._pending: list[Pick] = []  # the round's picks the parent compares at its end
         self._copies: dict[int, Copies] = {}  # rank -> its staged tensors in host memory, on both sides
+        self._staged_inputs: dict[Side, dict[int, list]] = {}  # side -> rank -> its staged calls' input layouts
         self._host: dict[int, Copies] = {}  # the same, where every staged tensor lies in host memory
         self._kept: dict[int, list[list[list[int]]]] = {}  # rank -> rounds' inputs made ahead (where they lie)
         self._kept_from = 0  # the round the first of them is for
@@ -248,6 +249,7 @@ class RoundDriver:
         cmd = Stage(case=self.case, side=Side.REF, k=k, base_seeds=self.base_seeds, graph=graph, keys=self.clean_keys,
                     peer=peer)
         outcome = self._step(Side.REF, cmd, f"staging the reference's {mode} inputs")
+        self._staged_inputs = {Side.CAND: staged, Side.REF: {rank: rep.inputs for rank, rep in outcome.reports.items()}}
         self._copies, self._kept, self._kept_from = {}, {}, 0
         self._host = {}  # rank -> its clean rank's staged tensors, when every one lies in host memory
         for rank, rep in outcome.reports.items():
@@ -458,8 +460,23 @@ class RoundDriver:
         for rank, rep in outcome.reports.items():
             if side is Side.CAND:
                 self.allocations.setdefault(rank, {}).update(rep.handles)
-        return Region(side=side, k=k, bracket_us=self._bracket_us, reports=outcome.reports, nonce=nonce,
+        reports = outcome.reports
+        if staged and timed:  # a call's inputs lie where the stage said: the report names its outputs only
+            reports = {rank: with_staged_inputs(rep, self._staged_inputs.get(side, {}).get(rank, []))
+                       for rank, rep in reports.items()}
+        return Region(side=side, k=k, bracket_us=self._bracket_us, reports=reports, nonce=nonce,
                       mode=mode, arrived_us=self._arrived_us)
+
+
+def with_staged_inputs(rep: Answer, inputs: list) -> Answer:
+    """A region's report with each call's input layout taken from its set's stage report: a rank
+    reports ``[outputs]`` for a call on staged inputs (the same, region after region, would cost
+    time inside the bracket to describe again). A call reported otherwise is kept as it came."""
+    if not isinstance(rep, RegionReport):
+        return rep
+    calls = [[*c, inputs[i]] if isinstance(c, list) and len(c) == 1 and i < len(inputs) else c
+             for i, c in enumerate(rep.calls)]
+    return replace(rep, calls=calls)
 
 
 def pair(call) -> tuple[list, list]:

@@ -102,7 +102,7 @@ class TrialsReport(Watched):
 @record
 class RegionReport(Report):
     us: float  # per call, by the rank's own clock (a diagnostic): finite and >= 0
-    calls: list[list[Layout]]  # per call, [its outputs' layout, its inputs' layout], held until the next step
+    calls: list[list[Layout]]  # per call, [its outputs' layout, its inputs' layout] held until the next step; [outputs] on staged inputs
     devices: list[str]  # of the first call's outputs
     handles: Allocations = field(default_factory=dict)  # the device allocations exported since the last report
 

@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.device == "cpu":
         pin(args.rank, args.world_size)
+    elif args.gpu_rank_cores:  # an experiment (PKB_GPU_RANK_CORES): both sides' rank r on the same few cores
+        pin(args.rank, args.world_size, args.gpu_rank_cores)
 
     import torch
     import torch.distributed as dist
@@ -101,13 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     os._exit(0)  # skip interpreter teardown: candidate threads or atexit hooks must not hang us
 
 
-def pin(rank: int, world_size: int) -> None:
+def pin(rank: int, world_size: int, at_most: int | None = None) -> None:
     """Keep a CPU rank (and the threads it starts) on its own share of the cores: rank r of every
     rank set on the same ones. The clean set and a candidate's take turns on the cores (one is
     always stopped), so each side's ranks run where the other's ran, rather than wherever the
     scheduler happened to wake them (two ranks on one core: +30 % a call, for a whole sample)."""
     cores = sorted(os.sched_getaffinity(0))
-    share = max(1, len(cores) // world_size)
+    share = max(1, min(len(cores) // world_size, at_most or len(cores)))
     mine = cores[(rank * share) % len(cores):][:share]
     os.sched_setaffinity(0, mine)
 
@@ -143,6 +145,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--report-fd", type=int, required=True, help="the write end of this rank's report pipe")
     p.add_argument("--pg-timeout", type=float, default=600.0)
     p.add_argument("--num-threads", type=int, default=0)
+    p.add_argument("--gpu-rank-cores", type=int, default=0, help="pin a GPU rank to this many cores (0: not pinned)")
     p.add_argument("--role", choices=("clean", "candidate"), default="candidate",
                    help="clean: the reference and the checks, never a candidate")
     return p.parse_args(argv)

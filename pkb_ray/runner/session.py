@@ -109,8 +109,10 @@ class RankSession:
 
     def _placed_region(self, outs: list[Any], calls: list[Any], staged: bool, captured: Any) -> list[list]:
         """:meth:`placed` for a timed region, without describing again what has not moved: staged
-        inputs lie where the stage said (and were exported then); a graph's outputs lie where its
-        capture put them. This work is inside the parent's bracket, once a call, on both sides."""
+        inputs lie where the stage said (and were exported then), so a call is ``[outputs]`` and the
+        parent takes its inputs from the stage report (:func:`pkb_ray.rounds.with_staged_inputs`); a
+        graph's outputs lie where its capture put them. This work is inside the parent's bracket,
+        once a call, on both sides."""
         if not staged:
             return self.placed(outs, calls)
         if captured is None:
@@ -121,7 +123,7 @@ class RankSession:
                 captured.output_layouts = [layout(canonical(out)) for out in outs]
                 self._export(outs)
             out_layouts = captured.output_layouts
-        return [[o, i] for o, i in zip(out_layouts, self._staged_layouts)]
+        return [[o] for o in out_layouts[:len(self._staged_layouts)]]
 
     def placed(self, outs: list[Any], calls: list[Any]) -> list[list]:
         """Where each call's outputs and inputs lie (layouts); on a GPU their allocations exported
