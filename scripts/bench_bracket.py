@@ -78,6 +78,7 @@ def main() -> int:
                                           "message": result.message[:600]}), flush=True)
                         continue
                     row = {"max_calls": max_calls, "mode": mode, "status": result.status, "speedup": result.speedup,
+                           **({"message": result.message[:600]} if result.status != "correct" else {}),
                            "k": t.k, "k_graph": t.k_graph,
                            **{side: side_figures([g for g in t.regions if g.side.value == side]) for side in ("ref", "cand")}}
                     print(json.dumps(row), flush=True)
