@@ -30,6 +30,7 @@ import shutil
 import signal
 import tempfile
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -245,23 +246,29 @@ class Harness:
             clock.lap(EvalPhase.CLEANUP)
 
     def _judge_interference(self, fields: dict, attempt, problem, dtype, knobs) -> dict:
-        """A correct sample beside which the reference ran slower than alone: measured against a
-        fresh quiet baseline, then evaluated once more; slowed again, against that baseline and a
-        fresh one (a baseline can be lucky: two gloo ranks on idle cores run a small collective
-        several times faster than on busy ones), it is tampering (:mod:`pkb_ray.interference`)."""
+        """A correct sample beside which the reference ran slower than alone: the quiet baseline (the
+        reference back to back, no candidate alive) is only the screen. A sample it flags is judged
+        against the reference beside an honest copy of itself, timed through the same rounds (the
+        candidate's calls, the checks and the fills between the reference's regions leave the
+        machine otherwise than back to back: on the CPU VM at 4 MiB honest copies read +20-52 %
+        against the quiet baseline alone, docs/benchmarks/trust.md). Slowed against that too, it is
+        evaluated once more and judged against a second copy; slowed again, it is tampering
+        (:mod:`pkb_ray.interference`)."""
         key = (problem.id, dtype, json.dumps(knobs, sort_keys=True))
         case = Case(problem_path=str(problem.path), dtype=dtype, size=knobs)
-        first = self._slowed(fields, key, case) and self._slowed(fields, key, case, fresh=True)
+        beside_copy = functools.partial(self._beside_copy, problem, dtype, knobs)
+        first = self._slowed(fields, key, case) and self._slowed(fields, key, case, against=beside_copy)
         if first:
             fields = attempt()
-            again = self._slowed(fields, key, case) and self._slowed(fields, key, case, fresh=True)
+            again = self._slowed(fields, key, case) and self._slowed(fields, key, case, against=beside_copy)
             if again:
                 fields["verdict"] = interfered(first, again)
         return fields
 
-    def _slowed(self, fields: dict, key: tuple, case: Case, fresh: bool = False) -> str:
+    def _slowed(self, fields: dict, key: tuple, case: Case, against=None) -> str:
         """Why the reference ran materially slower in this evaluation's rounds than in the quiet
-        baseline of its mode and calls per region (measured now if ``fresh`` or missing), or ""."""
+        baseline of its mode and calls per region (measured now if missing), or than ``against(mode)``
+        gives, or ""."""
         timing = fields.get("timing")
         if timing is None or fields["verdict"].status is not Status.CORRECT:
             return ""
@@ -270,12 +277,32 @@ class Harness:
             if during is None:
                 continue
             slot = (*key, mode, during.k)
-            if fresh or slot not in self._quiet:
-                self._quiet[slot] = self._quiet_baseline(case, mode, during.k)
-            found = slowed(during, self._quiet[slot])
+            if against is not None:
+                baseline = against(mode) or self._quiet_baseline(case, mode, during.k)
+            else:
+                if slot not in self._quiet:
+                    self._quiet[slot] = self._quiet_baseline(case, mode, during.k)
+                baseline = self._quiet[slot]
+            found = slowed(during, baseline)
             if found:
                 return f"{mode}: {found}"
         return ""
+
+    def _beside_copy(self, problem, dtype, knobs, mode: str) -> RefTimes | None:
+        """The reference's regions of ``mode`` beside an honest copy of itself (the problem's own
+        source as the candidate), through the same rounds; None where that evaluation was not
+        correct or has no such regions (the quiet baseline stands in)."""
+        try:
+            source = problem.source()
+        except (OSError, ValueError):  # a problem without a source of its own to copy
+            return None
+        copy = Sample(problem_id=problem.id, model="(interference baseline)", sample_index=0, source=source)
+        fields = self._attempt(copy, problem, dtype, knobs, PhaseClock())
+        timing = fields.get("timing")
+        found = RefTimes.of(timing.of(mode)) if timing is not None else None
+        if found is None or fields["verdict"].status is not Status.CORRECT:
+            return None
+        return replace(found, where="beside an honest copy")
 
     def _quiet_baseline(self, case: Case, mode: str, k: int) -> RefTimes:
         """The reference's regions timed by the clean set with no candidate alive."""

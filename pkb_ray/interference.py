@@ -1,4 +1,4 @@
-"""Interference as evidence: a reference that ran slower beside a sample than alone.
+"""Interference as evidence: a reference that ran slower beside a sample than beside an honest copy.
 
 While the clean set times the reference, every process of the candidate's sandbox is stopped;
 what a sample can still do is leave work running on the device (or in the machine) for the
@@ -35,6 +35,7 @@ class RefTimes:
     median_us: tuple[float, ...]
     error_us: tuple[float, ...]
     rounds: int
+    where: str = "alone"  # what the reference ran beside: "alone" (the quiet baseline) or "beside a copy"
 
     @classmethod
     def of(cls, regions: list[Region]) -> "RefTimes | None":
@@ -61,7 +62,7 @@ def slowed(during: RefTimes, quiet: RefTimes) -> str:
             continue
         allowed = q * max(FLOOR, NOISE_SIGMAS * math.hypot(de, qe) / q)
         if d - q > allowed:
-            return (f"rank {rank}: the reference took {d:.1f} us a call beside the sample against {q:.1f} us alone "
+            return (f"rank {rank}: the reference took {d:.1f} us a call beside the sample against {q:.1f} us {quiet.where} "
                     f"(+{100 * (d / q - 1):.0f} %, allowed +{100 * allowed / q:.0f} %)")
     return ""
 

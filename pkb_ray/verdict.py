@@ -25,7 +25,7 @@ stage has not run yet does not apply):
    picked timed output not handed over: tampering; one that differs from the clean reference:
    wrong output. (Times are the parent's: nothing a rank reports about its time is judged.)
 6. (In the harness, after the sample's set is gone: :mod:`pkb_ray.interference`.) A correct
-   sample beside which the reference ran slower than alone, in two evaluations: tampering
+   sample beside which the reference ran slower than beside an honest copy, in two evaluations: tampering
    (:func:`interfered`).
 """
 
@@ -145,7 +145,8 @@ def judge(evidence: Evidence) -> Verdict | None:
 
 def interfered(first: str, again: str) -> Verdict:
     """Rule 6: the reference slowed beside the sample in two evaluations (each finding's words)."""
-    return Verdict(Status.TAMPERING, "the reference ran slower beside this sample than alone, in two evaluations "
+    return Verdict(Status.TAMPERING, "the reference ran slower beside this sample than beside an honest copy of "
+                                     "itself, in two evaluations "
                                      f"(interference): {first}; again: {again}")
 
 

@@ -1,0 +1,47 @@
+"""The interference rule's arithmetic: the reference's regions as per-rank medians with their
+errors, and "slowed" only beyond both the floor and the noise, naming what it was compared with."""
+
+import random
+from dataclasses import replace
+
+from pkb_ray.interference import FLOOR, RefTimes, slowed
+from pkb_ray.names import Side
+from pkb_ray.verdict import Region, interfered
+from pkb_ray.wire import RegionReport
+
+
+def _regions(us_a_call: list[float], side: Side = Side.REF) -> list[Region]:
+    return [Region(side=side, k=10, bracket_us=10 * us, reports={0: RegionReport(us=us, calls=[], devices=["cpu"])})
+            for us in us_a_call]
+
+
+def _noisy(centre: float, n: int = 40, spread: float = 0.03, seed: int = 0) -> list[float]:
+    rng = random.Random(seed)
+    return [centre * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
+
+
+def test_ref_times_are_the_reference_regions_medians_only():
+    times = RefTimes.of(_regions([100.0, 110.0, 120.0]) + _regions([999.0], Side.CAND))
+    assert times.median_us == (110.0,) and times.rounds == 3 and times.k == 10 and times.where == "alone"
+    assert RefTimes.of(_regions([5.0], Side.CAND)) is None
+
+
+def test_slowed_beyond_the_floor_names_the_baseline_and_not_within_it():
+    quiet = RefTimes.of(_regions(_noisy(100.0)))
+    assert slowed(RefTimes.of(_regions(_noisy(100.0 * (1 + FLOOR / 2), seed=1))), quiet) == ""
+    found = slowed(RefTimes.of(_regions(_noisy(160.0, seed=2))), quiet)
+    assert found.startswith("rank 0: the reference took") and "us alone (+" in found, found
+    beside_copy = replace(quiet, where="beside an honest copy")
+    assert "us beside an honest copy (+" in slowed(RefTimes.of(_regions(_noisy(160.0, seed=2))), beside_copy)
+
+
+def test_a_noisy_baseline_widens_what_is_allowed():
+    """+60 % is beyond the floor, but not beyond 4 standard errors of two medians this spread."""
+    wild = RefTimes.of(_regions(_noisy(100.0, n=6, spread=0.9, seed=3)))
+    assert slowed(RefTimes.of(_regions(_noisy(160.0, n=6, spread=0.9, seed=4))), wild) == ""
+
+
+def test_the_verdict_says_what_the_reference_was_compared_with():
+    verdict = interfered("eager: rank 0: slower", "eager: rank 0: slower again")
+    assert verdict.status.value == "tampering"
+    assert "beside an honest copy of itself, in two evaluations" in verdict.message
