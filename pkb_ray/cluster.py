@@ -34,7 +34,16 @@ from pkb_ray.placement import fits, no_room, over_cap
 log = logging.getLogger(__name__)
 NOSET_CUDA = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
 GRAFANA_DASHBOARD = CONF_DIR / "grafana" / "pkb_ray_dashboard.json"
-_local: tuple | None = None  # local_settings() of the local Ray this process started, while it runs
+
+
+class _LocalRay:
+    """The local Ray this process started, while it runs: a later job of a Hydra multirun may use it again."""
+
+    def __init__(self) -> None:
+        self.settings: tuple | None = None  # its local_settings(); None: none started (or a cluster joined)
+
+
+_local = _LocalRay()
 
 
 def start_ray(cfg: SweepConfig) -> None:
@@ -58,14 +67,13 @@ def join_or_start(cfg: SweepConfig) -> None:
     it resumed) calls this only once it has (pkb_ray.pipeline.run_pipeline's ``start``). A local Ray
     an earlier job of this process started (a Hydra multirun: :func:`end_job`) is used again where
     this job would start the same one, and replaced where it would not."""
-    global _local
     os.environ[NOSET_CUDA] = "1"  # ranks pick their own GPU among all of the node's
-    if ray.is_initialized() and _local is not None:
-        if not cfg.ray.address and _local == local_settings(cfg):
+    if ray.is_initialized() and _local.settings is not None:
+        if not cfg.ray.address and _local.settings == local_settings(cfg):
             log.info("using the local Ray an earlier job of this sweep started (same settings)")
         else:
             ray.shutdown()  # started for other settings, or this job joins a cluster instead
-            _local = None
+            _local.settings = None
     if not ray.is_initialized():
         _init_ray(cfg)
     _check_room(cfg, node_gpus())
@@ -81,10 +89,9 @@ def end_job(keep: bool) -> None:
     """After a job: shut down the local Ray it started, or (``keep``, the job of a Hydra multirun
     whose next job may need the same one) leave it for that job; Ray shuts it down when the process
     exits. A cluster that was joined is left alone either way."""
-    global _local
-    if ray.is_initialized() and _local is not None and not keep:
+    if ray.is_initialized() and _local.settings is not None and not keep:
         ray.shutdown()
-        _local = None
+        _local.settings = None
 
 
 def local_gpus(cfg: SweepConfig) -> int | None:
@@ -167,7 +174,6 @@ def warn_secrets_in_job_env(api_key_env: str | None) -> list[str]:
 
 
 def _init_ray(cfg: SweepConfig) -> None:
-    global _local
     if cfg.ray.address:  # its raylets were started elsewhere, with their own environment
         ray.init(address=cfg.ray.address)
         warn_secrets_in_job_env(cfg.model.api_key_env)
@@ -182,7 +188,7 @@ def _init_ray(cfg: SweepConfig) -> None:
         context = ray.init(address="local", num_cpus=cfg.ray.num_cpus, num_gpus=gpus,
                            resources=cfg.ray.resources or None, include_dashboard=cfg.ray.include_dashboard,
                            log_to_driver=True, configure_logging=False)
-    _local = local_settings(cfg)
+    _local.settings = local_settings(cfg)
     reaper.start(cfg.cache_path / "runs")  # this local Ray, gangs and ranks die with this process
     if cfg.ray.include_dashboard and getattr(context, "dashboard_url", None):
         print(dashboard_line(context.dashboard_url), file=sys.stderr, flush=True)

@@ -319,12 +319,7 @@ class Harness:
     def _run(self, sample, problem, ranks, dtype, knobs, expected, clock, keys, trusted) -> dict:
         """Gather the sample's evidence stage by stage, and stop at the first verdict
         (:func:`pkb_ray.verdict.judge` decides, and in which order its rules apply)."""
-        self._expect_within(self.cfg.startup_timeout_s)
-        ready = ranks.wait_ready(self.cfg.startup_timeout_s)
-        if not ready.ok:
-            raise RuntimeError(f"rank processes did not start: {describe(ready, ranks)}")
-        evidence = Evidence(device={r: rep.device for r, rep in ready.reports.items()})
-        clock.lap(EvalPhase.READY)
+        evidence = self._ready(ranks, clock)
         candidate = ranks.job_dir / "candidate.py"
         candidate.write_text(sample.source)
         case = Case(problem_path=str(problem.path), dtype=dtype, size=knobs)
@@ -333,10 +328,7 @@ class Harness:
         # from here the sample's own deadline: every wait below ends by it (the clean set's by it plus the margin)
         deadline = Deadline.after(self.cfg.timeout_s + (self.cfg.inline_build_timeout_s if builds else 0.0))
         self._expect_within(deadline.budget_s + MARGIN_S)
-        cmd = RunTrials(case=case, candidate_path=str(candidate), seeds=expected.seeds, structure=expected.structure,
-                        prebuilt=sample.metadata.get("torch_extensions", ""),
-                        arch_list=arch_list(self.hardware.arch or DEFAULT_ARCH), keys=keys.as_wire())
-        outcome = ranks.run(cmd, deadline.left())
+        outcome = ranks.run(self._trials_command(sample, case, candidate, expected, keys), deadline.left())
         clock.lap(EvalPhase.TRIALS)
         evidence.trials = view(outcome, ranks)
         allocations = {r: dict(rep.handles) for r, rep in outcome.reports.items() if not isinstance(rep, Failure)}
@@ -378,6 +370,23 @@ class Harness:
         trials += _records(timed, kind="timed")
         fields = self._timing_fields(problem, dtype, knobs, timing, trials, expected.traffic)
         return {**fields, **second, "verdict": judge(evidence) or Verdict(Status.CORRECT, ""), "timing": timing}
+
+    def _ready(self, ranks: Ranks, clock: PhaseClock) -> Evidence:
+        """Once every rank joined its process group, the evidence begins: the device each one uses."""
+        self._expect_within(self.cfg.startup_timeout_s)
+        ready = ranks.wait_ready(self.cfg.startup_timeout_s)
+        if not ready.ok:
+            raise RuntimeError(f"rank processes did not start: {describe(ready, ranks)}")
+        evidence = Evidence(device={r: rep.device for r, rep in ready.reports.items()})
+        clock.lap(EvalPhase.READY)
+        return evidence
+
+    def _trials_command(self, sample: Sample, case: Case, candidate: Path, expected, keys: InputKeys) -> RunTrials:
+        """The candidate's first step: its calls on the trial seeds (its extensions, if any, built for
+        this machine's architecture)."""
+        return RunTrials(case=case, candidate_path=str(candidate), seeds=expected.seeds, structure=expected.structure,
+                         prebuilt=sample.metadata.get("torch_extensions", ""),
+                         arch_list=arch_list(self.hardware.arch or DEFAULT_ARCH), keys=keys.as_wire())
 
     def _trusted_dir(self) -> Path:
         """A folder for one sample's references and captures: the clean set reads it, no candidate

@@ -197,28 +197,28 @@ class Ranks(Protocol):
     def kill(self) -> None: ...  # kill and reap every rank
 
 
+def _rendezvous(store_addr: str | None, own_network: bool,
+                env: dict[str, str] | None) -> tuple[dist.TCPStore | None, str, dict[str, str] | None]:
+    """Where the ranks meet: the store held here for them (None: rank 0's or another process's),
+    its address, and the ranks' extra environment. All ranks here, in a sandbox (``own_network``):
+    a network of its own, the rendezvous inside it (rank 0's); the whole group here, unsandboxed:
+    this process holds it."""
+    if own_network:
+        return None, SANDBOX_STORE, {**(env or {}), **LOOPBACK_ONLY}
+    if store_addr is None:
+        store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False, use_libuv=True)
+        return store, f"127.0.0.1:{store.port}", env
+    return None, store_addr, env
+
+
 class RankSet:
     """This node's ranks of one process group: all W of them, or (in a gang spread over nodes, see
     :mod:`pkb_ray.spread`) ranks ``first_rank ..`` of W, meeting at another process's store."""
 
-    def __init__(
-        self,
-        devices: list[str],
-        *,
-        backend: str,
-        job_dir: Path,
-        pg_timeout_s: float = 600.0,
-        num_threads: int = 1,
-        multicast: bool = True,
-        env: dict[str, str] | None = None,
-        first_rank: int = 0,
-        world_size: int | None = None,
-        store_addr: str | None = None,
-        prefix: str | None = None,
-        isolation: RankIsolation = RankIsolation(),
-        role: str = "candidate",
-        zygotes: Zygotes | None = None,
-    ):
+    def __init__(self, devices: list[str], *, backend: str, job_dir: Path, pg_timeout_s: float = 600.0,
+                 num_threads: int = 1, multicast: bool = True, env: dict[str, str] | None = None, first_rank: int = 0,
+                 world_size: int | None = None, store_addr: str | None = None, prefix: str | None = None,
+                 isolation: RankIsolation = RankIsolation(), role: str = "candidate", zygotes: Zygotes | None = None):
         """``role``: ``clean`` for a set that never imports a candidate (the reference, the checks).
         ``zygotes``: where a candidate's set in a sandbox of its own network is forked from a
         template that imported torch once (:mod:`pkb_ray.zygote`), instead of a sandbox and
@@ -228,26 +228,39 @@ class RankSet:
         self.job_dir = Path(job_dir)
         self.job_dir.mkdir(parents=True, exist_ok=True)
         self.backend = backend
-        self._store = None
         self._tags = itertools.count()
+        self._exits_seen = 0.0  # when a wait last read the exit files (EXIT_POLL_S)
         level = sandbox.Isolation(isolation.level)
         probe = sandbox.probe(level)
-        # all ranks here, in a sandbox: a network of its own, the rendezvous inside it (rank 0's)
-        own_network = store_addr is None and probe.level is sandbox.Isolation.SANDBOX
-        if own_network:
-            store_addr, env = SANDBOX_STORE, {**(env or {}), **LOOPBACK_ONLY}
-        elif store_addr is None:  # the whole group is here, unsandboxed: hold the rendezvous ourselves
-            self._store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False, use_libuv=True)
-            store_addr = f"127.0.0.1:{self._store.port}"
-        prefix = prefix or uuid.uuid4().hex
+        own_network = store_addr is None and probe.level is sandbox.Isolation.SANDBOX  # see _rendezvous
+        self._store, store_addr, env = _rendezvous(store_addr, own_network, env)
         child = child_env(env, num_threads, multicast=multicast, collective_timeout_s=pg_timeout_s, isolation=level)
-        rank_args = ["--world-size", str(self.world_size),
-                     "--store", store_addr, "--prefix", prefix, "--backend", backend, "--job-dir", str(self.job_dir),
-                     "--pg-timeout", str(pg_timeout_s), "--num-threads", str(num_threads), "--role", role,
-                     *(["--host-store"] if own_network else []),
-                     *(["--gpu-rank-cores", os.environ["PKB_GPU_RANK_CORES"]] if os.environ.get("PKB_GPU_RANK_CORES") else [])]
+        rank_args = self._rank_args(store_addr, prefix, pg_timeout_s, num_threads, role, own_network)
+        spec = self._launch_spec(devices, rank_args)
+        policy = isolation.policy(self.job_dir, len(self.ranks),
+                                  sandbox.Network.OWN if own_network else sandbox.Network.HOST)
+        forked = self._start(spec, child, policy, probe, zygotes if role == "candidate" and own_network else None)
+        self.isolation = probe.describe() + (f"; {ZYGOTE_DESCRIBED}" if forked else "")
+        self.freezer = Freezer(self.proc.pid, self._slot.path)
+        self.host_pids: dict[int, int] = {}  # rank -> its process's pid on the host (read_tensors)
+        self.started_at = time.monotonic()
+        self.closed = False
+
+    def _rank_args(self, store_addr: str, prefix: str | None, pg_timeout_s: float, num_threads: int, role: str,
+                   own_network: bool) -> list[str]:
+        """The command line every rank of the set shares (the launcher adds its rank, device and pipe)."""
+        cores = os.environ.get("PKB_GPU_RANK_CORES")
+        return ["--world-size", str(self.world_size), "--store", store_addr,
+                "--prefix", prefix or uuid.uuid4().hex,  # keys of its own: neighbouring or respawned sets never collide
+                "--backend", self.backend, "--job-dir", str(self.job_dir),
+                "--pg-timeout", str(pg_timeout_s), "--num-threads", str(num_threads), "--role", role,
+                *(["--host-store"] if own_network else []), *(["--gpu-rank-cores", cores] if cores else [])]
+
+    def _launch_spec(self, devices: list[str], rank_args: list[str]) -> dict:
+        """What :mod:`pkb_ray.runner.launch` starts the ranks from. Opens each rank's command and
+        report pipes: this process keeps its ends; the ranks' ends, in the spec, are the launcher's
+        to inherit and closed here once it started (:meth:`_start`)."""
         reads, writes, self._pipes, self._reports = [], [], [], {}
-        self._exits_seen = 0.0  # when a wait last read the exit files (EXIT_POLL_S)
         for rank in self.ranks:
             r, w = os.pipe()  # commands down
             reads.append(r)
@@ -255,17 +268,21 @@ class RankSet:
             r, w = os.pipe()  # reports up
             writes.append(w)
             self._reports[rank] = protocol.ReportReader(r)
-        spec = {"job_dir": str(self.job_dir), "rank_args": rank_args, "ranks": self.ranks, "fds": reads,
+        return {"job_dir": str(self.job_dir), "rank_args": rank_args, "ranks": self.ranks, "fds": reads,
                 "report_fds": writes, "devices": {str(r): d for r, d in zip(self.ranks, devices)}}
-        policy = isolation.policy(self.job_dir, len(self.ranks),
-                                  sandbox.Network.OWN if own_network else sandbox.Network.HOST)
+
+    def _start(self, spec: dict, child: dict[str, str], policy: sandbox.Policy, probe: sandbox.Probe,
+               zygotes: Zygotes | None) -> bool:
+        """Start the launcher in its sandbox (``self.proc``): forked from a template of ``zygotes``
+        where given and the set has no cgroup slot of its own, else a process of its own; True where
+        it was forked."""
+        fds = spec["fds"] + spec["report_fds"]
         self._slot = sandbox.CgroupSlot(probe, policy.limits)
-        zygote = zygotes.get(child, policy, probe) if (
-            zygotes is not None and role == "candidate" and own_network and self._slot.path is None) else None
+        zygote = zygotes.get(child, policy, probe) if zygotes is not None and self._slot.path is None else None
         try:
             if zygote is not None:
                 try:
-                    self.proc = zygote.fork(forked_request(spec, child, policy, self.job_dir), reads + writes,
+                    self.proc = zygote.fork(forked_request(spec, child, policy, self.job_dir), fds,
                                             zygotes.startup_timeout_s)
                 except ZygoteFailed as exc:  # this set starts the usual way; the next gets a new template
                     zygotes.lost(zygote, str(exc))
@@ -274,17 +291,13 @@ class RankSet:
                 argv = sandbox.command([sys.executable, "-m", "pkb_ray.runner.launch", json.dumps(spec)], policy, probe)
                 with open(self.job_dir / "launch.log", "wb") as log:  # the limits include SIGKILL on our death
                     self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                                 env=child, start_new_session=True, pass_fds=reads + writes,
+                                                 env=child, start_new_session=True, pass_fds=fds,
                                                  cwd=self.job_dir if probe.level is sandbox.Isolation.NONE else None,
                                                  preexec_fn=sandbox.preexec(policy, probe, self._slot))
         finally:
-            for fd in reads + writes:
+            for fd in fds:
                 os.close(fd)
-        self.isolation = probe.describe() + (f"; {ZYGOTE_DESCRIBED}" if zygote is not None else "")
-        self.freezer = Freezer(self.proc.pid, self._slot.path)
-        self.host_pids: dict[int, int] = {}  # rank -> its process's pid on the host (read_tensors)
-        self.started_at = time.monotonic()
-        self.closed = False
+        return zygote is not None
 
     @property
     def pids(self) -> list[int]:

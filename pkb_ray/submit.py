@@ -237,6 +237,28 @@ def _ray_cli(address: str, headers: Mapping[str, str]) -> str:
     return ("RAY_AUTH_MODE=token " if headers else "") + f"ray job {{}} --address {shlex.quote(address)}"
 
 
+class _LogFollower:
+    """Prints a job's log stream by stream: each stream starts at the log's beginning, so one taken up
+    again after a drop skips the text already printed."""
+
+    def __init__(self, client: Any, job_id: str, out: Any):
+        self.client, self.job_id, self.out = client, job_id, out
+        self.printed = 0  # characters printed
+        self.tail = ""  # the end of them (for a hint on failure)
+
+    async def stream(self) -> None:
+        """One stream of the log, until it ends: what it brings beyond what was printed, printed."""
+        seen = 0
+        async for chunk in self.client.tail_job_logs(self.job_id):  # from the log's start, each time
+            new = chunk[max(0, self.printed - seen):]
+            seen += len(chunk)
+            if new:
+                self.out.write(new)
+                self.out.flush()
+                self.printed += len(new)
+                self.tail = (self.tail + new)[-4000:]
+
+
 def follow(client: Any, job_id: str, out: Any = None, retries: int = 5, wait_s: float = 2.0,
            again: str = "pkb-ray submit --follow ID", stop: str = "ray job stop ID") -> int:
     """Print the job's logs as they come until it ends; 0 when it succeeded, else 1 (its status and
@@ -247,27 +269,13 @@ def follow(client: Any, job_id: str, out: Any = None, retries: int = 5, wait_s: 
 
     import aiohttp
 
-    out = out or sys.stdout
-    printed, tail = 0, ""  # characters printed; the end of them (for a hint on failure)
-
-    async def stream() -> None:
-        nonlocal printed, tail
-        seen = 0
-        async for chunk in client.tail_job_logs(job_id):  # from the log's start, each time
-            new = chunk[max(0, printed - seen):]
-            seen += len(chunk)
-            if new:
-                out.write(new)
-                out.flush()
-                printed += len(new)
-                tail = (tail + new)[-4000:]
-
+    log = _LogFollower(client, job_id, out or sys.stdout)
     failures = 0
     try:
         while True:
-            before, error = printed, None
+            before, error = log.printed, None
             try:
-                asyncio.run(stream())
+                asyncio.run(log.stream())
             except (RuntimeError, OSError, asyncio.TimeoutError, aiohttp.ClientError) as exc:
                 error = exc
             status = _status(client, job_id)
@@ -277,7 +285,7 @@ def follow(client: Any, job_id: str, out: Any = None, retries: int = 5, wait_s: 
                 status = _status(client, job_id)
             if status in TERMINAL:
                 break
-            failures = failures + 1 if printed == before else 1
+            failures = failures + 1 if log.printed == before else 1
             why = f"lost the job's logs ({error or 'the stream ended'}); it is {status or 'unknown'}"
             if failures > retries:
                 print(f"\n{why}: {again} follows it", file=sys.stderr)
@@ -288,6 +296,12 @@ def follow(client: Any, job_id: str, out: Any = None, retries: int = 5, wait_s: 
         print(f"\nstopped following; the job goes on ({again} follows it again, {stop} ends it)",
               file=sys.stderr)
         return 130
+    return _say_end(client, job_id, status, log.tail)
+
+
+def _say_end(client: Any, job_id: str, status: str, tail: str) -> int:
+    """How the job ended, said: 0 when it succeeded, else 1 (with its message, and a hint where the
+    end of its log shows the head node's python cannot run pkb_ray)."""
     if status == "SUCCEEDED":
         print(f"job {job_id}: SUCCEEDED", file=sys.stderr)
         return 0

@@ -25,8 +25,15 @@ from pkb_ray.wire import Step
 __all__ = ["Side", "Step", "StepFailed", "ReportReader", "use_report_pipe", "write_report", "set_phase",
            "tensor_file"]
 
-_report_fd: int | None = None  # the rank's end of its report pipe
 
+class _ReportPipe:
+    """The rank's end of its report pipe, once :func:`use_report_pipe` named it."""
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+
+
+_report_pipe = _ReportPipe()
 
 
 class StepFailed(Exception):
@@ -44,16 +51,15 @@ def tensor_file(directory: Path, seed: int, rank: int) -> Path:
 
 def use_report_pipe(fd: int) -> None:
     """In a rank: send reports and phases down ``fd`` (not inherited by what the rank starts)."""
-    global _report_fd
     os.set_inheritable(fd, False)
-    _report_fd = fd
+    _report_pipe.fd = fd
 
 
 def deliver(message: dict[str, Any]) -> None:
     """One JSON line down the report pipe, whole (a line under PIPE_BUF is one atomic write)."""
     data = (json.dumps(message) + "\n").encode()
     while data:
-        data = data[os.write(_report_fd, data):]
+        data = data[os.write(_report_pipe.fd, data):]
 
 
 def write_report(step: str, report: dict[str, Any]) -> None:

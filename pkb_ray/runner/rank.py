@@ -57,6 +57,32 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(local_device(args.device, os.environ.get("CUDA_VISIBLE_DEVICES")))
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    _join_group(args, job_dir, device)
+    if args.num_threads:
+        torch.set_num_threads(args.num_threads)
+    dist.barrier()
+    protocol.write_report(wire.Step.READY, wire.as_dict(wire.Ready(pid=os.getpid(), device=str(device))))
+
+    if args.role == "clean":
+        from pkb_ray.runner.clean import CleanSession as Session
+    else:
+        from pkb_ray.runner.candidate import CandidateSession as Session
+
+    session = Session(rank=args.rank, world_size=args.world_size, device=device, job_dir=job_dir)
+    _obey(session, commands)  # the session stays referenced here: nothing it holds is freed before we exit
+    try:
+        dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - a broken group is fine to leave behind: we exit
+        pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip interpreter teardown: candidate threads or atexit hooks must not hang us
+
+
+def _join_group(args: argparse.Namespace, job_dir: Path, device) -> None:
+    """Meet the other ranks at the store and form the process group with them."""
+    import torch.distributed as dist
+
     host, port = args.store.rsplit(":", 1)
     timeout = timedelta(seconds=args.pg_timeout)
     # --host-store: the sandbox has a network of its own and rank 0 holds the rendezvous in it
@@ -72,17 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     eager = {"device_id": device} if device.type == "cuda" else {}
     dist.init_process_group(args.backend, store=store, rank=args.rank, world_size=args.world_size, timeout=timeout,
                             **eager)
-    if args.num_threads:
-        torch.set_num_threads(args.num_threads)
-    dist.barrier()
-    protocol.write_report(wire.Step.READY, wire.as_dict(wire.Ready(pid=os.getpid(), device=str(device))))
 
-    if args.role == "clean":
-        from pkb_ray.runner.clean import CleanSession as Session
-    else:
-        from pkb_ray.runner.candidate import CandidateSession as Session
 
-    session = Session(rank=args.rank, world_size=args.world_size, device=device, job_dir=job_dir)
+def _obey(session, commands) -> None:
+    """Run each command of the pipe until ``exit`` (or the pipe's end), reporting each step's
+    record, or its failure: whatever a step raises is its verdict, not the rank's end."""
     for line in commands:
         cmd = wire.decode_command(line)
         if isinstance(cmd, wire.Exit):
@@ -94,13 +114,6 @@ def main(argv: list[str] | None = None) -> int:
         except BaseException:  # noqa: BLE001 - anything the step raised is the step's verdict
             report = wire.Failure(status=Status.RUNTIME_ERROR.value, message=traceback.format_exc())
         protocol.write_report(cmd.tag or cmd.step, wire.as_dict(report))
-    try:
-        dist.destroy_process_group()
-    except Exception:  # noqa: BLE001 - a broken group is fine to leave behind: we exit
-        pass
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # skip interpreter teardown: candidate threads or atexit hooks must not hang us
 
 
 def pin(rank: int, world_size: int, at_most: int | None = None) -> None:

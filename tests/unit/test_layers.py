@@ -112,3 +112,24 @@ def test_only_the_pkb_package_knows_parallelkernelbench():
              if not name.startswith("pkb_ray.pkb")
              for n, line in enumerate(path.read_text().splitlines(), 1) if named.search(line)]
     assert found == []
+
+
+def _trees():
+    """Every .py under pkb_ray (the package __init__ files too), parsed: (path from the repo, tree)."""
+    for f in sorted((REPO / "pkb_ray").rglob("*.py")):
+        yield f.relative_to(REPO), ast.parse(f.read_text())
+
+
+def test_no_function_is_longer_than_60_lines():
+    # a long function hides its steps: helpers named for them say what each part is for
+    long = [f"{path}:{fn.lineno} {fn.name} ({fn.end_lineno - fn.lineno + 1} lines)" for path, tree in _trees()
+            for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and fn.end_lineno - fn.lineno + 1 > 60]
+    assert not long, "\n".join(long)
+
+
+def test_no_global_or_nonlocal_state():
+    # state rebound from inside a function is hard to follow and to reset in a test: an object holds it
+    found = [f"{path}:{node.lineno}" for path, tree in _trees()
+             for node in ast.walk(tree) if isinstance(node, (ast.Global, ast.Nonlocal))]
+    assert not found, "\n".join(found)
