@@ -41,7 +41,7 @@ from pkb_ray.config import EvalConfig, HardwareConfig
 from pkb_ray.deadlines import MARGIN_S, Deadline
 from pkb_ray.interference import RefTimes, slowed
 from pkb_ray.cuda import DEFAULT_ARCH, ENV_ARCH, ENV_CACHE, ENV_TIMEOUT
-from pkb_ray.names import EvalPhase, Side, Status, TimingMode
+from pkb_ray.names import EvalPhase, Role, Side, Status, TimingMode
 from pkb_ray.problem import Problem, Tolerance, Traffic, sol_time_us
 from pkb_ray.rank_pool import CleanRanks, RankPool
 from pkb_ray.ranks import RankIsolation, Ranks, RankSet, StepOutcome
@@ -146,11 +146,11 @@ class Harness:
         needed = tuple(sorted({str(p.path.parent) for p in problems.values()}
                               | {str(r) for p in problems.values() for r in getattr(p.module, "READABLE", ())}))
         self._isolation = {
-            "candidate": RankIsolation(self.isolation, hide=(*hidden, str(cache_dir), str(self.work_dir)),
+            Role.CANDIDATE: RankIsolation(self.isolation, hide=(*hidden, str(cache_dir), str(self.work_dir)),
                                    readable=(str(cache_dir / "cuda"), str(cache_dir / "torch_ext"), *needed),
                                    gpu=gpu),
             # the clean set writes each sample's references and reads its captures (the work folder)
-            "clean": RankIsolation(self.isolation, hide=tuple(hidden), readable=needed,
+            Role.CLEAN: RankIsolation(self.isolation, hide=tuple(hidden), readable=needed,
                                writable=(str(self.work_dir),), gpu=gpu),
         }
         # candidates' sets forked from a template that imported torch once (one node's sets only)
@@ -173,7 +173,7 @@ class Harness:
             self.versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
             self.versions["gpu"] = torch.cuda.get_device_name(0)
 
-    def _spawn(self, job_dir: Path, role: str) -> Ranks:
+    def _spawn(self, job_dir: Path, role: Role) -> Ranks:
         threads = max(1, (os.cpu_count() or 1) * self.nodes // len(self.devices))
         # the ranks' own collective timeout is a backstop: the parent kills a step at timeout_s first,
         # so a hang is reported as a timeout, not as the crash NCCL's watchdog would make of it

@@ -39,6 +39,17 @@ class Side(str, Enum):
         return self.value
 
 
+class Role(str, Enum):
+    """What a rank set is for: ``clean`` sets time the reference and check outputs and never import
+    a candidate; ``candidate`` sets run one sample each (pkb_ray/runner/clean.py, candidate.py)."""
+
+    CLEAN = "clean"
+    CANDIDATE = "candidate"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class Backend:
     """What a sample is written in (its ``backend``); each is a Python module defining solution(...)."""
 

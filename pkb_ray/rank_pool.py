@@ -16,6 +16,7 @@ from collections import deque
 from pathlib import Path
 from typing import Callable
 
+from pkb_ray.names import Role
 from pkb_ray.ranks import Ranks
 
 
@@ -53,7 +54,7 @@ class RankPool:
 
     def _fill(self, depth: int) -> None:
         while len(self._ahead) < depth:
-            self._ahead.append(self._spawn(Path(tempfile.mkdtemp(prefix="sample-", dir=self.work_dir)), "candidate"))
+            self._ahead.append(self._spawn(Path(tempfile.mkdtemp(prefix="sample-", dir=self.work_dir)), Role.CANDIDATE))
 
     def prewarm(self) -> None:
         """Have rank sets starting ahead (``prewarm`` of them), so the next samples find theirs ready.
@@ -120,7 +121,7 @@ class CleanRanks:
     def get(self) -> Ranks:
         """The running clean set, started now if there is none; raises if it cannot start."""
         if self._ranks is None:
-            ranks = self._spawn(Path(tempfile.mkdtemp(prefix="clean-", dir=self.work_dir)), "clean")
+            ranks = self._spawn(Path(tempfile.mkdtemp(prefix="clean-", dir=self.work_dir)), Role.CLEAN)
             ready = ranks.wait_ready(self.startup_timeout_s)
             if not ready.ok:
                 retire(ranks, self.reapers)

@@ -34,6 +34,7 @@ from pkb_ray import allowlist, sandbox
 from pkb_ray.freezer import Freezer
 from pkb_ray.keys import for_rank
 from pkb_ray.memory import Unreadable, host_pids, read_entries, write_entries
+from pkb_ray.names import Role
 from pkb_ray.runner import protocol
 from pkb_ray.runner.launch import read_exit
 from pkb_ray.zygote import DESCRIBED as ZYGOTE_DESCRIBED
@@ -218,7 +219,7 @@ class RankSet:
     def __init__(self, devices: list[str], *, backend: str, job_dir: Path, pg_timeout_s: float = 600.0,
                  num_threads: int = 1, multicast: bool = True, env: dict[str, str] | None = None, first_rank: int = 0,
                  world_size: int | None = None, store_addr: str | None = None, prefix: str | None = None,
-                 isolation: RankIsolation = RankIsolation(), role: str = "candidate", zygotes: Zygotes | None = None):
+                 isolation: RankIsolation = RankIsolation(), role: Role = Role.CANDIDATE, zygotes: Zygotes | None = None):
         """``role``: ``clean`` for a set that never imports a candidate (the reference, the checks).
         ``zygotes``: where a candidate's set in a sandbox of its own network is forked from a
         template that imported torch once (:mod:`pkb_ray.zygote`), instead of a sandbox and
@@ -239,21 +240,21 @@ class RankSet:
         spec = self._launch_spec(devices, rank_args)
         policy = isolation.policy(self.job_dir, len(self.ranks),
                                   sandbox.Network.OWN if own_network else sandbox.Network.HOST)
-        forked = self._start(spec, child, policy, probe, zygotes if role == "candidate" and own_network else None)
+        forked = self._start(spec, child, policy, probe, zygotes if role == Role.CANDIDATE and own_network else None)
         self.isolation = probe.describe() + (f"; {ZYGOTE_DESCRIBED}" if forked else "")
         self.freezer = Freezer(self.proc.pid, self._slot.path)
         self.host_pids: dict[int, int] = {}  # rank -> its process's pid on the host (read_tensors)
         self.started_at = time.monotonic()
         self.closed = False
 
-    def _rank_args(self, store_addr: str, prefix: str | None, pg_timeout_s: float, num_threads: int, role: str,
+    def _rank_args(self, store_addr: str, prefix: str | None, pg_timeout_s: float, num_threads: int, role: Role,
                    own_network: bool) -> list[str]:
         """The command line every rank of the set shares (the launcher adds its rank, device and pipe)."""
         cores = os.environ.get("PKB_GPU_RANK_CORES")
         return ["--world-size", str(self.world_size), "--store", store_addr,
                 "--prefix", prefix or uuid.uuid4().hex,  # keys of its own: neighbouring or respawned sets never collide
                 "--backend", self.backend, "--job-dir", str(self.job_dir),
-                "--pg-timeout", str(pg_timeout_s), "--num-threads", str(num_threads), "--role", role,
+                "--pg-timeout", str(pg_timeout_s), "--num-threads", str(num_threads), "--role", Role(role).value,
                 *(["--host-store"] if own_network else []), *(["--gpu-rank-cores", cores] if cores else [])]
 
     def _launch_spec(self, devices: list[str], rank_args: list[str]) -> dict:

@@ -30,6 +30,7 @@ import ray
 import torch.distributed as dist
 
 from pkb_ray.memory import Unreadable
+from pkb_ray.names import Role
 from pkb_ray.ranks import POLL_S, RankIsolation, RankSet, StepOutcome, wait_for
 from pkb_ray.runner.protocol import tensor_file
 from pkb_ray.wire import Command, Exit, Ready, Report, RunTrials, Step
@@ -167,7 +168,7 @@ class SpreadRankSet:
     def __init__(self, parts: list[tuple[Any, list[str]]], *, store_host: str, backend: str, job_dir: Path,
                  pg_timeout_s: float = 600.0, num_threads: int = 1, multicast: bool = True,
                  env: dict[str, str] | None = None, isolation: RankIsolation = RankIsolation(),
-                 role: str = "candidate"):
+                 role: Role = Role.CANDIDATE):
         if not parts or parts[0][0] is not None:
             raise ValueError("the first part of a spread rank set must be this node's (host None)")
         self.world_size = sum(len(devices) for _, devices in parts)

@@ -13,12 +13,15 @@ and everything any rank started, goes with it.
 
 from __future__ import annotations
 
+
 import json
 import os
 import signal
 import sys
 import traceback
 from pathlib import Path
+
+from pkb_ray.names import Role
 
 RANK_NAME = "pkb_ray.rank"  # a forked rank's process name (ps, top, /proc/PID/comm); its command line is ours
 
@@ -76,8 +79,8 @@ def preload(rank_args: list[str]) -> None:
     import torch.distributed  # noqa: F401
     import pkb_ray.runner.rank  # noqa: F401
 
-    role = rank_args[rank_args.index("--role") + 1] if "--role" in rank_args else "candidate"
-    importlib.import_module(f"pkb_ray.runner.{'clean' if role == 'clean' else 'candidate'}")
+    role = Role(rank_args[rank_args.index("--role") + 1]) if "--role" in rank_args else Role.CANDIDATE
+    importlib.import_module(f"pkb_ray.runner.{role.value}")  # runner/clean.py or runner/candidate.py
 
 
 def fork_rank(args: list[str], *, stdin: int, log: int, keep: int) -> int:

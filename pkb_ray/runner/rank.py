@@ -32,7 +32,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from pkb_ray import wire
-from pkb_ray.names import Status
+from pkb_ray.names import Role, Status
 from pkb_ray.runner import protocol
 
 STORE_UP = "store.up"  # in the job folder: rank 0's store listens (with --host-store)
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     dist.barrier()
     protocol.write_report(wire.Step.READY, wire.as_dict(wire.Ready(pid=os.getpid(), device=str(device))))
 
-    if args.role == "clean":
+    if args.role == Role.CLEAN.value:
         from pkb_ray.runner.clean import CleanSession as Session
     else:
         from pkb_ray.runner.candidate import CandidateSession as Session
@@ -159,7 +159,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--pg-timeout", type=float, default=600.0)
     p.add_argument("--num-threads", type=int, default=0)
     p.add_argument("--gpu-rank-cores", type=int, default=0, help="pin a GPU rank to this many cores (0: not pinned)")
-    p.add_argument("--role", choices=("clean", "candidate"), default="candidate",
+    p.add_argument("--role", choices=[r.value for r in Role], default=Role.CANDIDATE.value,
                    help="clean: the reference and the checks, never a candidate")
     return p.parse_args(argv)
 

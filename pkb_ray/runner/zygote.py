@@ -37,6 +37,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from pkb_ray.names import Role
 from pkb_ray.runner import namespaces as ns
 from pkb_ray.runner.launch import name_process, preload, run_ranks
 
@@ -51,7 +52,7 @@ def main(argv: list[str]) -> int:
     fd = int(argv[0])
     root = argv[argv.index("--root") + 1]
     name_process(ZYGOTE_NAME)
-    preload(["--role", "candidate"])
+    preload(["--role", Role.CANDIDATE.value])
     sock = socket.socket(fileno=fd)
     me = os.getpid()
     while True:

@@ -133,3 +133,17 @@ def test_no_global_or_nonlocal_state():
     found = [f"{path}:{node.lineno}" for path, tree in _trees()
              for node in ast.walk(tree) if isinstance(node, (ast.Global, ast.Nonlocal))]
     assert not found, "\n".join(found)
+
+
+def test_rank_set_roles_are_named_by_the_role_enum_only():
+    # a role spelt as a string in several modules drifts; pkb_ray.names.Role is the one spelling
+    # (runner/loading.py names the candidate's module "candidate": a module name, not a role)
+    # (words inside an f-string are prose: "candidate not captured")
+    spelt = []
+    for path, tree in _trees():
+        if path.as_posix() in ("pkb_ray/names.py", "pkb_ray/runner/loading.py"):
+            continue
+        prose = {id(n) for f in ast.walk(tree) if isinstance(f, ast.JoinedStr) for n in ast.walk(f)}
+        spelt += [f"{path}:{node.lineno}" for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                  and node.value in ("clean", "candidate") and id(node) not in prose]
+    assert not spelt, "\n".join(spelt)
