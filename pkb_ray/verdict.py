@@ -25,8 +25,8 @@ stage has not run yet does not apply):
    picked timed output not handed over: tampering; one that differs from the clean reference:
    wrong output. (Times are the parent's: nothing a rank reports about its time is judged.)
 6. (In the harness, after the sample's set is gone: :mod:`pkb_ray.interference`.) A correct
-   sample beside which the reference ran slower than beside an honest copy, in two evaluations: tampering
-   (:func:`interfered`).
+   sample beside which the reference ran slower than beside an honest copy, in two evaluations:
+   tampering (:func:`interfered`).
 """
 
 from __future__ import annotations
@@ -99,20 +99,30 @@ class Evidence:
 
 
 def _trials_failed(e: Evidence) -> Verdict | None:
+    """Rule 1: a trial step that did not end well (no report in time, a crash, an error raised by
+    the sample, an unreadable report) gives that step's status."""
     return _step(e.trials) if e.trials is not None else None
 
 
 def _trials_tampered(e: Evidence) -> Verdict | None:
+    """Rule 2: what the candidate's watches found replaced during the trials (the evaluator's or
+    torch's functions) is tampering."""
     return tampering(e.trials.reports) if e.trials is not None else None
 
 
 def _trials_wrong(e: Evidence) -> Verdict | None:
+    """Rule 3: the trials' outputs, read by the trusted side, against the reference's: a mismatch,
+    an output that aliases an input, an input written that the reference leaves alone, or an
+    output on another device is wrong_output."""
     if e.checks is None:
         return None
     return trial_verdict(e.trials.reports, e.checks, e.reference or {}, e.device, e.trial_aliases)
 
 
 def _timing_failed(e: Evidence) -> Verdict | None:
+    """Rule 4: during timing, a process that ran while its set was proven stopped, staged inputs
+    that are not where the rank said, a failed step or a replaced function is tampering (or the
+    failed step's status)."""
     if e.escaped:
         return Verdict(Status.TAMPERING, f"during timing ({e.timing_what}): {e.escaped}: it escaped the freezer "
                                          "while the reference was timed")
@@ -125,6 +135,8 @@ def _timing_failed(e: Evidence) -> Verdict | None:
 
 
 def _timing_wrong(e: Evidence) -> Verdict | None:
+    """Rule 5: the timed calls picked after their regions, checked as the trials are (rule 3's
+    checks, on the round's own inputs): any that fails is wrong_output."""
     if e.regions is None or e.timed_checks is None:
         return None
     return timed_verdict(e.regions, e.timed_checks, e.picks, e.device, e.reference or {})
