@@ -276,10 +276,10 @@ class Harness:
             during = RefTimes.of(timing.of(mode))
             if during is None:
                 continue
-            slot = (*key, mode, during.k)
             if against is not None:
                 baseline = against(mode) or self._quiet_baseline(case, mode, during.k)
             else:
+                slot = (*key, mode, during.k)
                 if slot not in self._quiet:
                     self._quiet[slot] = self._quiet_baseline(case, mode, during.k)
                 baseline = self._quiet[slot]

@@ -108,6 +108,14 @@ class Folder:
         pq.write_table(table, buf)  # serialized before anything is sent: a failure here leaves nothing behind
         return self.write_bytes(rel, buf.getvalue())
 
+    def read_bytes(self, rel: str) -> bytes | None:
+        """The bytes of ``rel`` under the folder; None where there is no such file."""
+        path = self.join(rel)
+        if self.fs.get_file_info(path).type != pafs.FileType.File:
+            return None
+        with self.fs.open_input_stream(path) as f:
+            return f.read()
+
     def read_tables(self, suffix: str = ".parquet") -> list[pa.Table]:
         """Each Parquet file under the folder as it is (no partition columns from its path)."""
         out = []

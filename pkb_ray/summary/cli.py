@@ -169,7 +169,7 @@ def split_runs(paths: Iterable[Path | str]) -> tuple[list[Path | str], dict[str,
         except (OSError, ValueError, pa.ArrowException):
             pass  # no rows there: its summary.json, or the reading error of rows below
         try:
-            doc = stored.summary_document(p if named else stored.beside(p))
+            doc = stored.summary_document(run)
         except (OSError, ValueError, pa.ArrowException) as exc:
             raise UnreadableRun(p, f"{NAME}: {_one_line(exc)}") from None
         if doc is None and named:

@@ -18,47 +18,27 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow.fs as pafs
 
-from pkb_ray.storage import is_remote, local_path, sub_uri
+from pkb_ray.storage import Folder
 from pkb_ray.summary.render_json import NAME
 
 METRICS = ("pass@1", "fast_1.0@1", "geomean_speedup")  # the ones a stored summary is compared on
 Z95 = 1.96
 
 
-def _read(where: Path | str) -> str | None:
-    """The text of the file at a local path or URI; None where there is none."""
-    if is_remote(where):
-        fs, path = pafs.FileSystem.from_uri(str(where))
-        if fs.get_file_info(path).type != pafs.FileType.File:
-            return None
-        with fs.open_input_stream(path) as f:
-            return f.read().decode()
-    path = local_path(where)
-    return path.read_text() if path is not None and path.is_file() else None
-
-
-def summary_document(p: Path | str) -> dict[str, Any] | None:
-    """The summary behind ``p`` where ``p`` is a ``summary.json`` (path or URI); None otherwise.
-    A malformed one raises ValueError naming what is wrong."""
-    if not str(p).endswith(NAME):
-        return None
-    text = _read(p)
-    if text is None:
+def summary_document(run: Path | str) -> dict[str, Any] | None:
+    """The ``summary.json`` of run folder ``run`` (a path or URI); None where it has none. A
+    malformed one raises ValueError naming what is wrong."""
+    data = Folder.of(run).read_bytes(NAME)
+    if data is None:
         return None
     try:
-        doc = json.loads(text)
+        doc = json.loads(data)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not JSON ({exc})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("overall"), list):
         raise ValueError("no 'overall' table: not a pkb_ray summary.json")
     return doc
-
-
-def beside(run: Path | str) -> Path | str:
-    """Where a run folder's ``summary.json`` is."""
-    return sub_uri(str(run), NAME) if is_remote(run) else local_path(run) / NAME
 
 
 def interval(row: dict[str, Any], metric: str) -> tuple[float, float]:
