@@ -111,6 +111,7 @@ class RoundDriver:
         self.deadline = deadline
         self._bracket_us = 0.0  # of the last step: from resuming its set to seeing it stopped again
         self._arrived_us = {}  # of the last step: rank -> from resuming its set to its report
+        self._started = 0.0  # of the last step: perf_counter at the resume
         self._stopped: dict[int, bool] = {}  # id(rank set) -> seen stopped since its last step
         self._pending: list[Pick] = []  # the round's picks the parent compares at its end
         self._copies: dict[int, Copies] = {}  # rank -> its staged tensors in host memory, on both sides
@@ -397,7 +398,7 @@ class RoundDriver:
         self._stopped[id(ranks)] = False
         outcome = ranks.run(cmd, left, poll_s=REGION_POLL_S, answered=stop)
         stopped, t1 = ends[0] if ends else (self._stop(ranks), time.perf_counter())
-        self._bracket_us = (t1 - t0) * 1e6
+        self._bracket_us, self._started = (t1 - t0) * 1e6, t0
         self._arrived_us = {r: (at - t0) * 1e6 for r, at in outcome.arrived.items()}
         if side is Side.REF:
             if not outcome.ok:
@@ -465,7 +466,7 @@ class RoundDriver:
             reports = {rank: with_staged_inputs(rep, self._staged_inputs.get(side, {}).get(rank, []))
                        for rank, rep in reports.items()}
         return Region(side=side, k=k, bracket_us=self._bracket_us, reports=reports, nonce=nonce,
-                      mode=mode, arrived_us=self._arrived_us)
+                      mode=mode, arrived_us=self._arrived_us, started=self._started)
 
 
 def with_staged_inputs(rep: Answer, inputs: list) -> Answer:

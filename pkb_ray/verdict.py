@@ -73,6 +73,7 @@ class Region:
     mode: str = TimingMode.EAGER  # eager calls, or a graph replay
     arrived_us: dict[int, float] = field(default_factory=dict)
     aliases: dict[int, list[str]] = field(default_factory=dict)  # rank -> the parent's findings from the layouts
+    started: float = 0.0  # the parent's perf_counter at the resume (a diagnostic, beside RegionReport.stamps)
 
     @property
     def us_per_call(self) -> float:

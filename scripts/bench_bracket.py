@@ -7,7 +7,7 @@ For each evaluation and side, medians over the timed regions (microseconds): ``b
 parent's clock, resume to proven stop: the region's time), ``rank_calls`` (the rank's own clock
 around its k calls: a diagnostic), ``arrived`` (resume to the last rank's report), ``after_report``
 (report to proven stop) and ``before_calls`` (arrived minus rank_calls: resuming, the command, the
-fresh inputs, the barrier, the layouts and the report). The share of the bracket that is not the
+barrier, the layouts and the report), split by the rank's own stamps (:func:`split`). The share of the bracket that is not the
 calls is what compresses a speedup: a candidate twice as fast reads (F + C) / (F + C / 2).
 """
 
@@ -35,7 +35,25 @@ def side_figures(regions: list) -> dict:
     return {"bracket": med(lambda g: g.bracket_us), "rank_calls": med(lambda g: g.reports[0].us * g.k),
             "arrived": med(lambda g: max(g.arrived_us.values())),
             "after_report": med(lambda g: g.bracket_us - max(g.arrived_us.values())),
-            "before_calls": med(lambda g: max(g.arrived_us.values()) - g.reports[0].us * g.k)}
+            "before_calls": med(lambda g: max(g.arrived_us.values()) - g.reports[0].us * g.k),
+            **split(regions, med)}
+
+
+def split(regions: list, med) -> dict:
+    """``before_calls`` split by rank 0's own stamps (its clock is the parent's: CLOCK_MONOTONIC):
+    ``wake`` (resume to the command read), ``barrier``, ``calls`` (the rank's clock around them, with
+    the sync), ``placing`` (the layouts, the exports) and ``delivery`` (the report made to the parent
+    seeing it)."""
+    stamped = [g for g in regions if len(g.reports[0].stamps) == 4 and g.started]
+    if not stamped:
+        return {}
+
+    def part(f) -> float:
+        return med(lambda g: f(g.reports[0].stamps, g.started) * 1e6)
+
+    return {"wake": part(lambda s, t0: s[0] - t0), "barrier": part(lambda s, t0: s[1] - s[0]),
+            "calls": part(lambda s, t0: s[2] - s[1]), "placing": part(lambda s, t0: s[3] - s[2]),
+            "delivery": med(lambda g: g.arrived_us[min(g.arrived_us)] - (g.reports[0].stamps[3] - g.started) * 1e6)}
 
 
 def main() -> int:

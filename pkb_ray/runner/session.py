@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import json
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -59,6 +60,7 @@ class RankSession:
         if step is None:
             raise StepFailed(Status.RUNTIME_ERROR.value, f"a {type(self).__name__} does not run {cmd.step!r}")
         path = cmd.case.problem_path
+        self._received = time.perf_counter()  # a diagnostic: RegionReport.stamps
         self.problem = self.problems.get(path) or self.problems.setdefault(path, load_problem(path))
         self.keys = cmd.keys  # this rank's own key and the shared one (pkb_ray.keys), or none
         self.dtype_name = cmd.case.dtype
@@ -94,10 +96,12 @@ class RankSession:
         gc.disable()  # a collection inside a region would be charged to whichever side triggered it
         try:
             dist.barrier()
+            passed = time.perf_counter()
             if captured is not None:
                 outs, us = captured.outputs, timed_replay(captured.graph, k, self.device)
             else:
                 outs, us = timed_region(fn, calls, self.device)
+            done = time.perf_counter()
         except BaseException:  # noqa: BLE001
             raise StepFailed(Status.RUNTIME_ERROR.value, f"timed call, {what}:\n{candidate_traceback()}") from None
         finally:
@@ -105,7 +109,8 @@ class RankSession:
         self._held = (outs, calls) if cmd.hold else None
         # both sides say where (the same work inside the parent's bracket), though only a candidate's are read
         placed = self._placed_region(outs, calls, cmd.staged, captured) if cmd.hold else []
-        return RegionReport(us=us, calls=placed, devices=output_devices(outs[0]), handles=self.exported())
+        return RegionReport(us=us, calls=placed, devices=output_devices(outs[0]), handles=self.exported(),
+                            stamps=[self._received, passed, done, time.perf_counter()])
 
     def _placed_region(self, outs: list[Any], calls: list[Any], staged: bool, captured: Any) -> list[list]:
         """:meth:`placed` for a timed region, without describing again what has not moved: staged
