@@ -11,8 +11,8 @@ __all__ = ["AsyncRewardClient", "RewardClient", "ServiceError", "__version__", "
            "read_results", "run_sweep"]
 
 _HOMES = {"RewardClient": "pkb_ray.serve.client", "AsyncRewardClient": "pkb_ray.serve.client",
-          "ServiceError": "pkb_ray.serve.client", "run_sweep": "pkb_ray.api", "read_results": "pkb_ray.results",
-          "load_problems": "pkb_ray.problem", "compose_config": "pkb_ray.compose"}
+          "ServiceError": "pkb_ray.serve.client", "run_sweep": "pkb_ray.api", "read_results": "pkb_ray.results.parquet",
+          "load_problems": "pkb_ray.problem", "compose_config": "pkb_ray.spec.compose"}
 
 
 def __getattr__(name: str):

@@ -18,7 +18,7 @@ def run_sweep(*overrides: str, out_dir: str | Path = "outputs/python") -> pd.Dat
     """One sweep job with ``overrides`` (as on the command line, e.g. ``"problems=smoke"``), its
     results, report and summary.json under ``out_dir``; returns the summary table. A bad override
     raises ConfigError naming every mistake, before anything starts."""
-    from pkb_ray.compose import compose_config
+    from pkb_ray.spec.compose import compose_config
     from pkb_ray.sweep import run
 
     out = Path(out_dir).resolve()

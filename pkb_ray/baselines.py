@@ -5,7 +5,7 @@
 
 Each chosen problem's own reference source is a sample (:func:`reference_sample`, model
 ``reference``), and these samples go through the run's pipeline like a sweep's
-(:func:`pkb_ray.pipeline.run_pipeline`: validate, compile, the gang pool): each is evaluated on
+(:func:`pkb_ray.pipeline.wiring.run_pipeline`: validate, compile, the gang pool): each is evaluated on
 every gang layout of the hardware profile its problem supports (each world size of
 ``hardware.world_sizes`` on one node, each ``hardware.spread`` layout over nodes), with the same
 timing protocol as samples, on gangs of the Ray cluster (``ray.address``, or a local Ray). Their
@@ -28,14 +28,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pkb_ray.cluster import start_ray
-from pkb_ray.config import HardwareConfig, SweepConfig
-from pkb_ray.entry import hydra_main
-from pkb_ray.names import Status
-from pkb_ray.pipeline import run_pipeline
+from pkb_ray.commands.entry import hydra_main
+from pkb_ray.pipeline.cluster import start_ray
+from pkb_ray.pipeline.selection import job_inputs, resolve_path
+from pkb_ray.pipeline.wiring import run_pipeline
 from pkb_ray.problem import Problem, sol_time_us
-from pkb_ray.schema import Result, Sample
-from pkb_ray.selection import job_inputs, resolve_path
+from pkb_ray.spec.config import HardwareConfig, SweepConfig
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.schema import Result, Sample
 
 log = logging.getLogger("pkb_ray.baselines")
 KEY = ("problem_id", "world_size", "nodes", "size", "dtype")

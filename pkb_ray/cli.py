@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import sys
 
-from pkb_ray import formats
-from pkb_ray.compose import config_groups, groups_help, keys_help
+from pkb_ray.spec import formats
+from pkb_ray.spec.compose import config_groups, groups_help, keys_help
 
 EXAMPLES = """examples:
   pkb-ray sweep                                          # the shipped replay set, local Ray, gloo, W&B offline
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return serve(rest)
     if command == "submit":
-        from pkb_ray.submit import main as submit
+        from pkb_ray.commands.submit import main as submit
 
         return submit(rest)
     if command == "compare":
@@ -80,11 +80,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return compare_main(rest)
     if command == "prompt":
-        from pkb_ray.prompt import main as prompt
+        from pkb_ray.generate.prompt import main as prompt
 
         return prompt(rest)
     if command == "ls":
-        from pkb_ray.listing import main as listing
+        from pkb_ray.commands.listing import main as listing
 
         return listing(rest)
     print(f"pkb-ray: unknown command {command!r}\n\n{usage()}", file=sys.stderr)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from pkb_ray import sandbox
+from pkb_ray.isolation import sandbox
 
 BUILD_VERSION = 2  # bump when the build command changes: old cache entries are then ignored
 DEFAULT_ARCH = "sm_90a"

@@ -15,7 +15,7 @@ A problem is one Python file in ``problems/`` that owns everything about itself:
 ``oracle(inputs: list[tuple], size: dict, world_size: int) -> list`` (expected of every problem)
     the outputs of every rank computed in one process from all ranks' inputs, without any
     collective: an independent statement of what the reference must compute
-    (:mod:`pkb_ray.problem_check` holds the references to it).
+    (:mod:`pkb_ray.problems.check` holds the references to it).
 
 This module is pure: no Ray, no processes. Loading a problem file imports it (problem files
 are ours, not untrusted); a bad file fails with :class:`ProblemError` naming the file and field.
@@ -34,9 +34,9 @@ from typing import Any, Callable
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from pkb_ray.config import HardwareConfig
-from pkb_ray.paths import PROBLEMS_DIR
-from pkb_ray.keys import derived
+from pkb_ray.measure.keys import derived
+from pkb_ray.spec.config import HardwareConfig
+from pkb_ray.spec.paths import PROBLEMS_DIR
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -151,7 +151,7 @@ class Traffic:
 class InputContext:
     """Everything ``make_inputs`` may depend on. Its random draws are per (seed, rank); in an
     evaluation ``seed`` derives from a secret of the rank's own and ``shared_seed`` from one that
-    every rank has (:mod:`pkb_ray.keys`): draw what must be equal on every rank from
+    every rank has (:mod:`pkb_ray.measure.keys`): draw what must be equal on every rank from
     :meth:`shared_generator` only."""
 
     size: dict[str, int]

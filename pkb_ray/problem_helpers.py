@@ -4,7 +4,7 @@ Problem files import it as they import :mod:`pkb_ray.problem`: wherever a proble
 parent, rank processes in a sandbox, the rank hosts of a spread gang, which receive only the
 problem file itself) pkb_ray is importable. Stored references are keyed by a problem file's text,
 not by this module's: a change to what these functions compute must bump
-``pkb_ray.references.ENTRY_FORMAT``.
+``pkb_ray.problems.references.ENTRY_FORMAT``.
 """
 
 from __future__ import annotations

@@ -17,14 +17,14 @@ import pandas as pd
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
-from pkb_ray.cluster import check_start, join_or_start
-from pkb_ray.config import SweepConfig
-from pkb_ray.entry import hydra_main
-from pkb_ray.refine import evaluate_and_refine
-from pkb_ray.selection import JobInputs, job_inputs
-from pkb_ray.stages.generate import first_round, require_key
+from pkb_ray.commands.entry import hydra_main
+from pkb_ray.generate.stage import first_round, require_key
+from pkb_ray.pipeline.cluster import check_start, join_or_start
+from pkb_ray.pipeline.refine import evaluate_and_refine
+from pkb_ray.pipeline.selection import JobInputs, job_inputs
+from pkb_ray.spec.config import SweepConfig
 from pkb_ray.summary.publish import publish
-from pkb_ray.tracking import Tracker
+from pkb_ray.summary.tracking import Tracker
 
 log = logging.getLogger("pkb_ray")
 

@@ -1,5 +1,5 @@
 """Why the best speedup has no interval: how often a 95 % percentile bootstrap interval of a
-problem's best-of-n speedup (pkb_ray.intervals' draws: 1000, seed 0) holds what it would claim to.
+problem's best-of-n speedup (pkb_ray.results.intervals' draws: 1000, seed 0) holds what it would claim to.
 
     .venv/bin/python scripts/bench_best_of_n_interval.py [--trials 2000]
 
@@ -15,7 +15,7 @@ import argparse
 
 import numpy as np
 
-from pkb_ray import intervals
+from pkb_ray.results import intervals
 
 
 def main() -> None:

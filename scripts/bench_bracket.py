@@ -21,11 +21,11 @@ from pathlib import Path
 
 import torch
 
-from pkb_ray import rounds
-from pkb_ray.config import EvalConfig, HardwareConfig
-from pkb_ray.harness import Harness
+from pkb_ray.evaluate import rounds
+from pkb_ray.evaluate.harness import Harness
 from pkb_ray.problem import load_problems
-from pkb_ray.schema import Sample
+from pkb_ray.spec.config import EvalConfig, HardwareConfig
+from pkb_ray.spec.schema import Sample
 
 
 def side_figures(regions: list) -> dict:

@@ -4,7 +4,7 @@
 
 Builds variants of the one-shot all-reduce kernel of kernels/ (each with a distinct constant, so
 each is a distinct source) into a fresh cache: once in this process (one build, then the same
-source again: a hit), then N sources through the run's compile stage (pkb_ray.pipeline.sample_stream:
+source again: a hit), then N sources through the run's compile stage (pkb_ray.pipeline.wiring.sample_stream:
 validation, then the CUDA builds on Ray Data's compile actors) with 1 worker and with ``--workers``.
 """
 
@@ -20,8 +20,8 @@ from pathlib import Path
 import ray
 
 from pkb_ray.cuda import BuildSpec, build, find_sources, nvcc_version
-from pkb_ray.config import SweepConfig
-from pkb_ray.pipeline import sample_stream
+from pkb_ray.pipeline.wiring import sample_stream
+from pkb_ray.spec.config import SweepConfig
 
 REPO = Path(__file__).resolve().parent.parent
 

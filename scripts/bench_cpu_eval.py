@@ -16,11 +16,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from pkb_ray.config import EvalConfig, HardwareConfig
-from pkb_ray.harness import Harness
+from pkb_ray.evaluate.harness import Harness
+from pkb_ray.generate.samples import read_samples
 from pkb_ray.problem import load_problems
-from pkb_ray.samples import read_samples
-from pkb_ray.schema import Sample
+from pkb_ray.spec.config import EvalConfig, HardwareConfig
+from pkb_ray.spec.schema import Sample
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -33,17 +33,17 @@ from pathlib import Path
 import ray
 from omegaconf import OmegaConf
 
-from pkb_ray.config import SweepConfig
-from pkb_ray.cluster import NOSET_CUDA
-from pkb_ray.pipeline import prepare_here
+from pkb_ray.generate.samples import read_samples
+from pkb_ray.pipeline.cluster import NOSET_CUDA
+from pkb_ray.pipeline.compile import build_settings
+from pkb_ray.pipeline.gang_pool import GangPool
+from pkb_ray.pipeline.selection import hardware_profile
+from pkb_ray.pipeline.wiring import prepare_here
 from pkb_ray.problem import load_problems
 from pkb_ray.runner.launch import RANK_NAME, process_name
-from pkb_ray.samples import read_samples
-from pkb_ray.selection import hardware_profile
-from pkb_ray.stages.compile import build_settings
-from pkb_ray.placement import Layout
-from pkb_ray.schema import EvalTask, Result, Sample, Where
-from pkb_ray.stages.gang_pool import GangPool
+from pkb_ray.spec.config import SweepConfig
+from pkb_ray.spec.placement import Layout
+from pkb_ray.spec.schema import EvalTask, Result, Sample, Where
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from pkb_ray.correctness import to_cpu
+from pkb_ray.measure.correctness import to_cpu
 from pkb_ray.runner import tensor_io
 
 

@@ -23,10 +23,10 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 import pkb_ray
-from pkb_ray.config import EvalConfig, HardwareConfig
-from pkb_ray.harness import Harness
+from pkb_ray.evaluate.harness import Harness
 from pkb_ray.problem import load_problems
-from pkb_ray.schema import Sample
+from pkb_ray.spec.config import EvalConfig, HardwareConfig
+from pkb_ray.spec.schema import Sample
 
 HERE = Path(__file__).resolve().parent.parent  # this checkout's samples, whichever pkb_ray runs them
 # the GPU loader last: before issue 28 it held its gang past every deadline

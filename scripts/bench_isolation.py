@@ -23,12 +23,12 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from pkb_ray.config import EvalConfig
-from pkb_ray.harness import Harness
+from pkb_ray.evaluate.harness import Harness
+from pkb_ray.generate.samples import read_samples
+from pkb_ray.pipeline.selection import hardware_profile
 from pkb_ray.problem import load_problems
-from pkb_ray.samples import read_samples
-from pkb_ray.schema import Sample
-from pkb_ray.selection import hardware_profile
+from pkb_ray.spec.config import EvalConfig
+from pkb_ray.spec.schema import Sample
 
 REPO = Path(__file__).resolve().parent.parent
 

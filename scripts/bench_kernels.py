@@ -7,7 +7,7 @@
 For every kernel in kernels/<problem>/ of a problem with a ``numel`` knob (and all-to-all, sized
 by rows of ``A2A_DIM`` elements), and every message size from ``--min-bytes`` to ``--max-bytes``
 (x4 steps; bytes of one rank's input), one evaluation:
-correctness trials, then reference and kernel timed interleaved (pkb_ray/timing.py). Prints and
+correctness trials, then reference and kernel timed interleaved (pkb_ray/measure/timing.py). Prints and
 writes per size: status, reference and kernel time, speedup, bus bandwidth of both (the
 nccl-tests convention) and the kernel's fraction of speed of light. torch's own symmetric-memory
 all-reduce is in kernels/ too (all_reduce/01_symm_mem_two_shot.py), so it is measured alongside.
@@ -22,14 +22,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from pkb_ray.config import EvalConfig, HardwareConfig
-from pkb_ray.harness import Harness
-from pkb_ray.pipeline import prepare_here
+from pkb_ray.evaluate.harness import Harness
+from pkb_ray.generate.samples import read_samples
+from pkb_ray.pipeline.compile import build_settings
+from pkb_ray.pipeline.selection import hardware_profile
+from pkb_ray.pipeline.wiring import prepare_here
 from pkb_ray.problem import DTYPES, load_problems, sol_time_us
-from pkb_ray.samples import read_samples
-from pkb_ray.schema import Sample
-from pkb_ray.selection import hardware_profile
-from pkb_ray.stages.compile import build_settings
+from pkb_ray.spec.config import EvalConfig, HardwareConfig
+from pkb_ray.spec.schema import Sample
 
 REPO = Path(__file__).resolve().parent.parent
 

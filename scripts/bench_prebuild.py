@@ -3,7 +3,7 @@
     python3 scripts/bench_prebuild.py --root <pkb checkout> --samples <folder of solutions_*> \\
         --workers 8 --out /tmp/prebuild.json        # on a machine with a CUDA build of torch and nvcc
 
-Each sample is built as the compile stage builds it (pkb_ray.stages.compile.build_inline: a
+Each sample is built as the compile stage builds it (pkb_ray.pipeline.compile.build_inline: a
 sandboxed import of the sample, its builder calls whose arguments are known at import made there),
 ``--workers`` at a time. Then each build is checked the way a rank uses it: a fresh process installs
 the rank's hook (pkb_ray.runner.extensions.install) over the sample's folder, imports the sample and
@@ -23,9 +23,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from pkb_ray.pipeline.compile import build_inline, build_settings
 from pkb_ray.pkb.solutions import read_solutions
 from pkb_ray.runner import extensions
-from pkb_ray.stages.compile import build_inline, build_settings
 
 CHECK = r"""
 import json, sys

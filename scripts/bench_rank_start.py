@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pkb_ray.ranks import RankSet
+from pkb_ray.isolation.ranks import RankSet
 
 
 def main() -> None:

@@ -15,8 +15,8 @@ import random
 import time
 from pathlib import Path
 
-from pkb_ray.names import Status
-from pkb_ray.schema import Result, Sample
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.schema import Result, Sample
 
 MODELS = ("model-a", "model-b", "model-c", "model-d")
 PER_PROBLEM = 25  # samples of each model on each problem
@@ -77,7 +77,7 @@ def synthetic_results(samples: int, seed: int = 0) -> list[Result]:
 
 
 def main() -> None:
-    from pkb_ray.results import write_results
+    from pkb_ray.results.parquet import write_results
     from pkb_ray.summary import RunSummary
     from pkb_ray.summary.cli import read_runs
     from pkb_ray.summary.pages import write

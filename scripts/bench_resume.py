@@ -5,12 +5,12 @@ every sample must end with exactly one result, and nothing a killed driver start
 
 The sample set: ``--distinct`` samples of scripts/make_samples.py (every variant: correct, wrong,
 hanging, crashing) over a few collectives, given ``--samples`` identities in turn (sample_index 0..N-1).
-Identical sources are evaluated once and the verdict copied (pkb_ray.pipeline), so the run costs
+Identical sources are evaluated once and the verdict copied (pkb_ray.pipeline.wiring), so the run costs
 about ``--distinct`` evaluations while its results path (the sink, resume, the copies) handles
 ``--samples`` rows. Each attempt is ``python -m pkb_ray.sweep ... results_dir=<one folder>``; the
 first ``--kills`` are killed with SIGKILL at a moment drawn uniformly from [--kill-after-s, --kill-before-s]
 after their start. The script notes each attempt's process tree (its Ray, gangs, ranks) twice a second; after a kill
-it waits ``--orphan-wait-s`` and lists those still alive (pkb_ray/reaper.py must have ended them).
+it waits ``--orphan-wait-s`` and lists those still alive (pkb_ray/isolation/reaper.py must have ended them).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 from make_samples import generate
-from pkb_ray.results import RESULT_KEY, read_results
-from pkb_ray.schema import is_final
+from pkb_ray.results.parquet import RESULT_KEY, read_results
+from pkb_ray.spec.schema import is_final
 
 REPO = Path(__file__).resolve().parent.parent
 

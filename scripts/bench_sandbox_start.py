@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from pkb_ray.ranks import RankIsolation, RankSet
+from pkb_ray.isolation.ranks import RankIsolation, RankSet
 
 
 def start_once(devices: list[str], backend: str, level: str, work: Path) -> float:

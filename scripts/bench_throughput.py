@@ -29,12 +29,12 @@ from pathlib import Path
 import ray
 import torch
 
-from pkb_ray.config import SweepConfig
-from pkb_ray.correctness import compare
-from pkb_ray.cluster import NOSET_CUDA
-from pkb_ray.pipeline import run_pipeline
+from pkb_ray.measure.correctness import compare
+from pkb_ray.pipeline.cluster import NOSET_CUDA
+from pkb_ray.pipeline.selection import hardware_profile
+from pkb_ray.pipeline.wiring import run_pipeline
 from pkb_ray.problem import load_problems
-from pkb_ray.selection import hardware_profile
+from pkb_ray.spec.config import SweepConfig
 
 from make_samples import generate
 

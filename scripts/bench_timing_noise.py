@@ -15,10 +15,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from pkb_ray.config import EvalConfig, HardwareConfig
-from pkb_ray.harness import Harness
+from pkb_ray.evaluate.harness import Harness
 from pkb_ray.problem import load_problems
-from pkb_ray.schema import Sample
+from pkb_ray.spec.config import EvalConfig, HardwareConfig
+from pkb_ray.spec.schema import Sample
 
 
 def main() -> None:

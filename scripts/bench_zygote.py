@@ -15,10 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from pkb_ray.config import EvalConfig, HardwareConfig
-from pkb_ray.harness import Harness
+from pkb_ray.evaluate.harness import Harness
 from pkb_ray.problem import load_problems
-from pkb_ray.schema import Sample
+from pkb_ray.spec.config import EvalConfig, HardwareConfig
+from pkb_ray.spec.schema import Sample
 
 
 def run(zygote: bool, args, problems, work: Path) -> dict:

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from pkb_ray.problem import DTYPES, load_problems
-from pkb_ray.problem_check import check
+from pkb_ray.problems.check import check
 
 
 def main() -> int:

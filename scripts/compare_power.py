@@ -5,7 +5,7 @@ often runs that differ only by timing noise are flagged (the false-flag rate).
 
     .venv/bin/python scripts/compare_power.py --null-runs 200
 
-No sweep: each run's result rows are written with pkb_ray.results.write_results to a folder and
+No sweep: each run's result rows are written with pkb_ray.results.parquet.write_results to a folder and
 read back as the command reads them (pkb_ray.summary.cli.read_runs). Statuses are the samples'
 ``# expect:``; a correct sample's speedup is its measured one on 2 x H200
 (docs/benchmarks/data/bench_replay_h200x2_small.json, rounded: reference copies 1.0, one_shot 0.90,
@@ -21,11 +21,11 @@ import random
 import tempfile
 from pathlib import Path
 
-from pkb_ray.metrics import as_scored, final_and_rounds
-from pkb_ray.names import Status
-from pkb_ray.results import write_results
-from pkb_ray.samples import read_samples
-from pkb_ray.schema import Result, Sample
+from pkb_ray.generate.samples import read_samples
+from pkb_ray.results.metrics import as_scored, final_and_rounds
+from pkb_ray.results.parquet import write_results
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.schema import Result, Sample
 from pkb_ray.summary.cli import read_runs
 from pkb_ray.summary.compare import ALL, METRICS, compare
 from pkb_ray.summary.run import RunSummary

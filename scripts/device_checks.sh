@@ -56,7 +56,7 @@ for step in $STEPS; do
                timeout 240 python3 -m pkb_ray.sweep problems_dir=/tmp/w1 hardware=h200_2 'hardware.world_sizes=[1]' \
                  hardware.gpus_per_node=1 eval=gpu model.samples=/tmp/w1.jsonl wandb=disabled ray.include_dashboard=false \
                  hydra.run.dir=/tmp/w1_run cache_dir=/tmp/pkb_cache 2>&1 | tail -12
-               python3 -c "import json; from pkb_ray.results import read_results; df = read_results('/tmp/w1_run/results'); print(json.dumps(df[['sample_index', 'status', 'speedup', 'isolation', 'message']].to_dict('records'), default=str))" | tee "$OUT/sandbox_sweep.json" ;;
+               python3 -c "import json; from pkb_ray.results.parquet import read_results; df = read_results('/tmp/w1_run/results'); print(json.dumps(df[['sample_index', 'status', 'speedup', 'isolation', 'message']].to_dict('records'), default=str))" | tee "$OUT/sandbox_sweep.json" ;;
     graph)     timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_graph_on_gpu.py 2>&1 | tail -40 ;;
     graph_bench) timeout 540 python3 scripts/bench_kernels.py --device cuda --timing-mode both --copies --timeout 40 \
                  ${KERNELS:+--only "$KERNELS"} --out "$OUT/kernels_graph.json" 2>&1 | grep -v Warning ;;
@@ -90,7 +90,7 @@ for step in $STEPS; do
                done
                python3 -m pkb_ray.cli compare file:///tmp/readme_res_a file:///tmp/readme_res_b --out /tmp/readme_cmp 2>&1 | tail -30
                echo "compare rc=${PIPESTATUS[0]}"
-               python3 -c "import json; from pkb_ray.results import read_results; print(json.dumps({r: read_results(f'/tmp/readme_res_{r}')[['sample_index', 'status', 'speedup', 'timing_mode', 'isolation', 'message']].sort_values('sample_index').to_dict('records') for r in 'ab'}, default=str))" | tee "$OUT/readme_sweep.json" ;;
+               python3 -c "import json; from pkb_ray.results.parquet import read_results; print(json.dumps({r: read_results(f'/tmp/readme_res_{r}')[['sample_index', 'status', 'speedup', 'timing_mode', 'isolation', 'message']].sort_values('sample_index').to_dict('records') for r in 'ab'}, default=str))" | tee "$OUT/readme_sweep.json" ;;
     *) echo "unknown step $step" ;;
   esac 2>&1 | tee "$OUT/$step.log"
 done

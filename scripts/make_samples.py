@@ -29,8 +29,8 @@ import json
 import random
 from pathlib import Path
 
+from pkb_ray.generate.samples import read_samples
 from pkb_ray.problem import load_problems
-from pkb_ray.samples import read_samples
 
 REPO = Path(__file__).resolve().parent.parent
 

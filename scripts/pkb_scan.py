@@ -16,14 +16,14 @@ import collections
 import tempfile
 from pathlib import Path
 
+from pkb_ray.generate.samples import read_samples
+from pkb_ray.pipeline.selection import hardware_profile
+from pkb_ray.pipeline.validate import validate
 from pkb_ray.pkb.shims import write_shims
 from pkb_ray.pkb.solutions import number_mismatches
 from pkb_ray.problem import load_problems
-from pkb_ray.samples import read_samples
-from pkb_ray.placement import Layout
-from pkb_ray.schema import Sample, Where
-from pkb_ray.selection import hardware_profile
-from pkb_ray.stages.validate import validate
+from pkb_ray.spec.placement import Layout
+from pkb_ray.spec.schema import Sample, Where
 
 
 def main() -> None:

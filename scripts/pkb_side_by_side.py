@@ -89,7 +89,7 @@ def run_pkb(args) -> None:
 
 
 def compare(args) -> None:
-    from pkb_ray.results import read_results
+    from pkb_ray.results.parquet import read_results
 
     pkb = json.loads(Path(args.pkb).read_text())
     df = read_results(args.results)

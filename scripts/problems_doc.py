@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 from pkb_ray import baselines
+from pkb_ray.pipeline.selection import hardware_profile
 from pkb_ray.problem import DTYPES, Problem, load_problems, sol_time_us
-from pkb_ray.selection import hardware_profile
 
 REPO = Path(__file__).resolve().parent.parent
 

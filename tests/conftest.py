@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from pkb_ray.config import EvalConfig, HardwareConfig
-from pkb_ray.harness import Harness
+from pkb_ray.evaluate.harness import Harness
 from pkb_ray.problem import load_problems
+from pkb_ray.spec.config import EvalConfig, HardwareConfig
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTILE = Path(__file__).resolve().parent / "samples"

@@ -1,4 +1,4 @@
-"""The test session's one Ray cluster: a head started by ``pkb_ray.cluster.start_ray`` and a second
+"""The test session's one Ray cluster: a head started by ``pkb_ray.pipeline.cluster.start_ray`` and a second
 node that joins it (``ray start --address``), both on this machine.
 
 Starting Ray costs 5-10 s of the 2 CPUs a test run has, so the tests that need a cluster share this
@@ -42,8 +42,8 @@ def main(work: Path, until_pid: int, head_cpus: int) -> None:
     import ray
     from ray._common.utils import get_ray_address_file
 
-    from pkb_ray import cluster
-    from pkb_ray.config import SweepConfig
+    from pkb_ray.pipeline import cluster
+    from pkb_ray.spec.config import SweepConfig
 
     os.environ.update(CANARIES)
     os.environ.update(PASSING)

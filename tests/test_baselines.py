@@ -7,12 +7,12 @@ import subprocess
 import sys
 
 from pkb_ray import baselines
-from pkb_ray.config import HardwareConfig, SweepConfig
-from pkb_ray.names import Status
-from pkb_ray.placement import Layout
 from pkb_ray.problem import load_problems
-from pkb_ray.results import read_results
-from pkb_ray.schema import Result, Where
+from pkb_ray.results.parquet import read_results
+from pkb_ray.spec.config import HardwareConfig, SweepConfig
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.placement import Layout
+from pkb_ray.spec.schema import Result, Where
 
 
 def run(tmp_path, *overrides, env=None):

@@ -37,7 +37,7 @@ def test_an_unknown_command_fails_with_the_usage():
 def test_report_and_prompt_run_through_it(tmp_path):
     from test_report import results
 
-    from pkb_ray.results import write_results
+    from pkb_ray.results.parquet import write_results
 
     write_results(results(), tmp_path / "run" / "results")
     out = _cli("report", str(tmp_path / "run"), "--out", str(tmp_path / "page"))
@@ -55,7 +55,7 @@ def test_the_grafana_dashboard_shows_every_metric_the_run_exports(tmp_path):
     import json
     import re
 
-    from pkb_ray import cluster
+    from pkb_ray.pipeline import cluster
 
     dash = json.loads(cluster.GRAFANA_DASHBOARD.read_text())
     exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])

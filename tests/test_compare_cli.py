@@ -1,13 +1,13 @@
-"""``pkb-ray compare`` as a process, on results folders written with pkb_ray.results.write_results."""
+"""``pkb-ray compare`` as a process, on results folders written with pkb_ray.results.parquet.write_results."""
 
 import random
 import subprocess
 import sys
 
 from conftest import REPO
-from pkb_ray.names import Status
-from pkb_ray.results import write_results
-from pkb_ray.schema import Result, Sample
+from pkb_ray.results.parquet import write_results
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.schema import Result, Sample
 
 
 def results(seed: int, p_correct: float) -> list[Result]:

@@ -6,10 +6,10 @@ import pytest
 import ray
 
 from conftest import HOSTILE, REPO
-from pkb_ray.config import SweepConfig
 from pkb_ray.cuda import ENV_ARCH, ENV_CACHE, BuildSpec, CudaBuildError, build, find_sources, load_cuda
-from pkb_ray.names import Status
-from pkb_ray.pipeline import run_pipeline, sample_stream
+from pkb_ray.pipeline.wiring import run_pipeline, sample_stream
+from pkb_ray.spec.config import SweepConfig
+from pkb_ray.spec.names import Status
 
 CUDA = HOSTILE / "cuda"
 PING = (CUDA / "host_ping.py").read_text()

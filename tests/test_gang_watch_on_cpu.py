@@ -13,11 +13,11 @@ import pytest
 import ray
 
 from conftest import REPO, gang_actors, pid_alive, rank_processes_left
-from pkb_ray.config import SweepConfig
-from pkb_ray.names import Status
-from pkb_ray.placement import Layout
-from pkb_ray.schema import EvalTask, Sample, Where
-from pkb_ray.stages.gang_pool import GangPool
+from pkb_ray.pipeline.gang_pool import GangPool
+from pkb_ray.spec.config import SweepConfig
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.placement import Layout
+from pkb_ray.spec.schema import EvalTask, Sample, Where
 
 GPUS = 2  # one W=2 gang: the samples after the stop must go to its replacement
 COPY = REPO / "samples/replay/all_reduce/00_reference_copy.py"

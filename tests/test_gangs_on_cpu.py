@@ -11,11 +11,11 @@ import pytest
 import ray
 
 from conftest import HOSTILE, REPO, gang_actors, rank_processes, rank_processes_left
-from pkb_ray.config import SweepConfig
-from pkb_ray.names import Status
-from pkb_ray.stages.gang_pool import GangPool
-from pkb_ray.placement import Layout
-from pkb_ray.schema import EvalTask, Sample, Where
+from pkb_ray.pipeline.gang_pool import GangPool
+from pkb_ray.spec.config import SweepConfig
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.placement import Layout
+from pkb_ray.spec.schema import EvalTask, Sample, Where
 
 GPUS = 6
 
@@ -107,7 +107,7 @@ def test_a_killed_gang_gives_its_sample_a_crash_and_is_restarted(cluster, tmp_pa
 
 
 def test_rank_environment_fails_fast_and_can_force_multicast_off(monkeypatch):
-    from pkb_ray.ranks import MULTICAST_OFF, child_env
+    from pkb_ray.isolation.ranks import MULTICAST_OFF, child_env
 
     monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
     env = child_env(collective_timeout_s=45)
@@ -119,8 +119,8 @@ def test_rank_environment_fails_fast_and_can_force_multicast_off(monkeypatch):
 
 
 def test_pipeline_evaluates_identical_sources_once_and_resumes_without_repeating(cluster, tmp_path, problems):
-    from pkb_ray.pipeline import run_pipeline
-    from pkb_ray.results import read_results
+    from pkb_ray.pipeline.wiring import run_pipeline
+    from pkb_ray.results.parquet import read_results
 
     copy = COPY.read_text()
     rows = [{"problem_id": "all_reduce", "model": "a", "sample_index": 0, "source": copy},
@@ -142,7 +142,7 @@ def test_pipeline_evaluates_identical_sources_once_and_resumes_without_repeating
 
 
 def test_the_compile_actors_are_named_for_the_dashboard(cluster, tmp_path, problems):
-    from pkb_ray.pipeline import run_pipeline
+    from pkb_ray.pipeline.wiring import run_pipeline
 
     rows = [{"problem_id": "no_such_problem", "model": "a", "sample_index": i, "source": "x = 1\n"} for i in range(3)]
     # The rows settle in the compile actors, but their results may reach the driver only after Ray

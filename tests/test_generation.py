@@ -12,12 +12,12 @@ import pytest
 import wandb_files
 from conftest import REPO
 from fake_endpoint import Endpoint, code_reply, completion
-from pkb_ray.config import ModelConfig, SweepConfig
-from pkb_ray.llm import ChatClient, GenerationError, RateLimiter, extract_code
+from pkb_ray.generate.llm import ChatClient, GenerationError, RateLimiter, extract_code
+from pkb_ray.generate.prompt import feedback, messages
+from pkb_ray.generate.samples import read_samples
 from pkb_ray.problem import load_problems
-from pkb_ray.prompt import feedback, messages
-from pkb_ray.results import read_results
-from pkb_ray.samples import read_samples
+from pkb_ray.results.parquet import read_results
+from pkb_ray.spec.config import ModelConfig, SweepConfig
 
 REFERENCE = (REPO / "problems" / "all_reduce.py").read_text()
 CORRECT = (REPO / "samples/replay/all_reduce/00_reference_copy.py").read_text()
@@ -44,7 +44,7 @@ def test_the_clients_retries_honour_retry_after_on_429_then_back_off_on_500():
 
 
 def test_a_permanent_500_becomes_a_sample_with_its_generation_error():
-    from pkb_ray.stages.generate import Generator
+    from pkb_ray.generate.stage import Generator
 
     req = {"problem_id": "all_reduce", "backend": "torch", "model": "fake", "sample_index": 0, "round": 0,
            "seed": 3, "messages": '[{"role": "user", "content": "x"}]', "parent_key": "", "feedback": ""}
@@ -136,9 +136,9 @@ def test_prompt_has_the_task_reference_backend_notes_example_and_hardware():
 def test_refinement_feedback_is_about_the_size_where_a_swept_sample_did_worst():
     import pandas as pd
 
-    from pkb_ray.config import SweepConfig
-    from pkb_ray.prompt import feedback
-    from pkb_ray.stages.generate import worst_per_sample
+    from pkb_ray.generate.prompt import feedback
+    from pkb_ray.generate.stage import worst_per_sample
+    from pkb_ray.spec.config import SweepConfig
 
     def row(index, size, status, speedup=None, w=2):
         return dict(model="m", problem_id="all_reduce", sample_index=index, world_size=w, size=size, status=status,
@@ -164,11 +164,11 @@ def test_refinement_feedback_is_about_the_size_where_a_swept_sample_did_worst():
 
 
 def test_prompt_cli_prints_one():
-    done = subprocess.run([sys.executable, "-m", "pkb_ray.prompt", "problem=all_gather", "backend=triton"],
+    done = subprocess.run([sys.executable, "-m", "pkb_ray.generate.prompt", "problem=all_gather", "backend=triton"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "===== user =====" in done.stdout and "tl.pointer_type" in done.stdout
-    bad = subprocess.run([sys.executable, "-m", "pkb_ray.prompt", "problem=nope"], capture_output=True, text=True,
+    bad = subprocess.run([sys.executable, "-m", "pkb_ray.generate.prompt", "problem=nope"], capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 2 and "unknown id 'nope'" in bad.stderr
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import HOSTILE, REPO, StandIn, pid_alive, rank_processes_left
-from pkb_ray.names import Status
-from pkb_ray.schema import Sample
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.schema import Sample
 
 BIG = {"numel": 1 << 20}  # ~ms per gloo all-reduce: long enough for the parent's bracket to matter
 # One CPU evaluation of a sample that runs at the reference's speed reads 0.78-1.24 on an idle 2-core
@@ -83,7 +83,7 @@ def _copy(problems, index: int = 1) -> Sample:
     ],
 )
 def test_hostile_sample_gets_its_status(shared_harness, name, status, needle):
-    h = shared_harness(2, timeout_s=10)  # one deadline for the whole sample (pkb_ray.deadlines)
+    h = shared_harness(2, timeout_s=10)  # one deadline for the whole sample (pkb_ray.evaluate.deadlines)
     result = h.evaluate(_sample(name))
     assert result.status == status, result.message
     assert needle in result.message

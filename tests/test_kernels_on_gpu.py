@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from conftest import REPO
-from pkb_ray.config import EvalConfig, HardwareConfig
-from pkb_ray.harness import Harness
-from pkb_ray.names import Status
-from pkb_ray.pipeline import prepare_here
-from pkb_ray.samples import read_samples
-from pkb_ray.schema import Sample
-from pkb_ray.stages.compile import build_settings
+from pkb_ray.evaluate.harness import Harness
+from pkb_ray.generate.samples import read_samples
+from pkb_ray.pipeline.compile import build_settings
+from pkb_ray.pipeline.wiring import prepare_here
+from pkb_ray.spec.config import EvalConfig, HardwareConfig
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.schema import Sample
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
                                                   reason="needs 2 CUDA GPUs")]

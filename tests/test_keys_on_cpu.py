@@ -7,7 +7,7 @@ import os
 
 import ray
 
-from pkb_ray import cluster
+from pkb_ray.pipeline import cluster
 from shared_ray import CANARIES, PASSING
 
 

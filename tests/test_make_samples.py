@@ -7,7 +7,7 @@ import random
 import pytest
 
 from conftest import REPO
-from pkb_ray.schema import Sample
+from pkb_ray.spec.schema import Sample
 
 spec = importlib.util.spec_from_file_location("make_samples", REPO / "scripts" / "make_samples.py")
 make_samples = importlib.util.module_from_spec(spec)

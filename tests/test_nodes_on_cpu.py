@@ -11,14 +11,14 @@ import pytest
 import ray
 
 from conftest import REPO, rank_processes_left
-from pkb_ray.config import EvalConfig, HardwareConfig, SweepConfig
-from pkb_ray.harness import Harness
-from pkb_ray.names import Status
-from pkb_ray.placement import Layout
+from pkb_ray.evaluate.harness import Harness
+from pkb_ray.isolation.spread import RankHost, SpreadLauncher
+from pkb_ray.pipeline.gang_pool import GangPool
 from pkb_ray.problem import load_problems
-from pkb_ray.schema import EvalTask, Sample, Where
-from pkb_ray.spread import RankHost, SpreadLauncher
-from pkb_ray.stages.gang_pool import GangPool
+from pkb_ray.spec.config import EvalConfig, HardwareConfig, SweepConfig
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.placement import Layout
+from pkb_ray.spec.schema import EvalTask, Sample, Where
 
 COPY = (REPO / "samples/replay/all_reduce/00_reference_copy.py").read_text()
 HANGS_ON_RANK1 = (REPO / "samples/replay/all_reduce/05_hangs_on_rank1.py").read_text()

@@ -16,13 +16,13 @@ import pytest
 
 import wandb_files
 from conftest import REPO
-from pkb_ray.config import ConfigError, SweepConfig
-from pkb_ray.names import Status
-from pkb_ray.results import RESULT_KEY, ResultSink, finished, newest, read_results, write_results
-from pkb_ray.samples import read_samples
-from pkb_ray.schema import NOT_THE_SAMPLES_FAULT, Result, Sample, TrialRecord
-from pkb_ray.selection import run_folder
-from pkb_ray.stages.generate import ROW_SCHEMA, generate, read_generated, write_rows
+from pkb_ray.generate.samples import read_samples
+from pkb_ray.generate.stage import ROW_SCHEMA, generate, read_generated, write_rows
+from pkb_ray.pipeline.selection import run_folder
+from pkb_ray.results.parquet import RESULT_KEY, ResultSink, finished, newest, read_results, write_results
+from pkb_ray.spec.config import ConfigError, SweepConfig
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.schema import NOT_THE_SAMPLES_FAULT, Result, Sample, TrialRecord
 from pkb_ray.summary.cli import compare_main as compare
 from pkb_ray.summary.cli import main as report
 

@@ -8,21 +8,21 @@ import pytest
 import torch
 
 from conftest import REPO
-from pkb_ray.backend_rules import multicast_use, pk_world_size
-from pkb_ray.config import ConfigError, SweepConfig
-from pkb_ray.correctness import compare
-from pkb_ray.names import Status
+from pkb_ray.generate.samples import read_samples
+from pkb_ray.measure.correctness import compare
+from pkb_ray.pipeline.selection import with_problems_folder
+from pkb_ray.pipeline.validate import validate
 from pkb_ray.pkb import runtime
 from pkb_ray.pkb.checkout import CheckoutError, references
 from pkb_ray.pkb.shims import write_shims
 from pkb_ray.pkb.solutions import number_mismatches
 from pkb_ray.pkb.verdict import pkb_agrees
 from pkb_ray.problem import InputContext, load_problems
-from pkb_ray.samples import read_samples
-from pkb_ray.placement import Layout
-from pkb_ray.schema import Result, Sample, Where
-from pkb_ray.selection import with_problems_folder
-from pkb_ray.stages.validate import validate
+from pkb_ray.problems.backend_rules import multicast_use, pk_world_size
+from pkb_ray.spec.config import ConfigError, SweepConfig
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.placement import Layout
+from pkb_ray.spec.schema import Result, Sample, Where
 
 CHECKOUT = REPO / "tests/pkb/checkout"
 SOLUTIONS = REPO / "tests/pkb/solutions"
@@ -145,8 +145,8 @@ def test_a_sweep_over_pkb_problems_and_solutions_gives_both_verdicts(tmp_path, s
     import subprocess
     import sys
 
+    from pkb_ray.results.parquet import read_results
     from pkb_ray.summary.tables import verdicts
-    from pkb_ray.results import read_results
 
     run_dir = tmp_path / "run"
     proc = subprocess.run(
@@ -187,7 +187,7 @@ def test_a_sweep_over_pkb_problems_and_solutions_gives_both_verdicts(tmp_path, s
 
 
 def test_the_problem_check_probes_pkb_problems_at_a_world_size(problems):
-    from pkb_ray.problem_check import check
+    from pkb_ray.problems.check import check
 
     # no oracle to compare with: the builder and the reference run on 3 gloo ranks, reproducibly
     assert check(problems, sorted(problems), 3, presets=("small",), seeds=(0,), dtype="float32") == {}

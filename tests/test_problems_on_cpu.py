@@ -5,10 +5,10 @@ category (and every collective) also goes through the harness as a copied sample
 import pytest
 import torch
 
-from pkb_ray.names import Status
 from pkb_ray.problem import DTYPES, InputContext, load_problems
-from pkb_ray.problem_check import check
-from pkb_ray.schema import Sample
+from pkb_ray.problems.check import check
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.schema import Sample
 
 ALL = load_problems()
 PROBLEM_IDS = sorted(ALL)

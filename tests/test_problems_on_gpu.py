@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pkb_ray.problem import load_problems
-from pkb_ray.problem_check import check
+from pkb_ray.problems.check import check
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
                                                   reason="needs 2 CUDA GPUs")]

@@ -7,7 +7,7 @@ import pytest
 
 import pkb_ray
 from conftest import REPO
-from pkb_ray.config import ConfigError
+from pkb_ray.spec.config import ConfigError
 
 pytestmark = pytest.mark.slow
 

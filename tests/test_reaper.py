@@ -9,12 +9,12 @@ import textwrap
 import time
 
 from conftest import REPO
-from pkb_ray import reaper
+from pkb_ray.isolation import reaper
 
 DRIVER = textwrap.dedent("""
     import subprocess, sys, time
     from pathlib import Path
-    from pkb_ray import reaper
+    from pkb_ray.isolation import reaper
     # a tree as a local Ray has one: children, grandchildren, and one in a session of its own
     kids = [subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
                               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"]),

@@ -7,10 +7,10 @@ import sys
 import pytest
 
 from conftest import REPO
-from pkb_ray.metrics import curves
-from pkb_ray.names import Status
-from pkb_ray.results import write_results
-from pkb_ray.schema import Result, Sample
+from pkb_ray.results.metrics import curves
+from pkb_ray.results.parquet import write_results
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.schema import Result, Sample
 from pkb_ray.summary import RunSummary
 from pkb_ray.summary.cli import read_runs
 from pkb_ray.summary.pages import write as write_pages
@@ -152,8 +152,8 @@ def test_spread_results_get_their_own_section_and_do_not_count_as_more_samples(t
     board = text.split("## Leaderboard")[1].split("##")[0]
     assert "| 0.583 [0.294, 0.825] |" in board
     # and W&B gets the same table (a real offline run, read back from its files)
-    from pkb_ray.config import WandbConfig
-    from pkb_ray.tracking import Tracker
+    from pkb_ray.spec.config import WandbConfig
+    from pkb_ray.summary.tracking import Tracker
 
     tracker = Tracker(WandbConfig(mode="offline"), {}, tmp_path / "wb")
     tracker.log_results(RunSummary.of(df))
@@ -169,10 +169,10 @@ def test_spread_results_get_their_own_section_and_do_not_count_as_more_samples(t
 def test_wandb_gets_the_runs_scores_and_each_models(run_dir, tmp_path):
     """Two models in one run: before, the summary had no pass@1 and one fast_1.0@1 (the last model's)."""
     import wandb_files
-    from pkb_ray.config import WandbConfig
-    from pkb_ray.metrics import summarize
-    from pkb_ray.results import read_results
-    from pkb_ray.tracking import Tracker
+    from pkb_ray.results.metrics import summarize
+    from pkb_ray.results.parquet import read_results
+    from pkb_ray.spec.config import WandbConfig
+    from pkb_ray.summary.tracking import Tracker
 
     df = read_results(run_dir / "results")
     tracker = Tracker(WandbConfig(mode="offline"), {}, tmp_path / "wb")
@@ -229,10 +229,10 @@ def test_the_printed_table_wandb_and_the_report_agree_on_every_figure(run_dir, t
     import re
 
     import wandb_files
-    from pkb_ray.config import WandbConfig
+    from pkb_ray.spec.config import WandbConfig
     from pkb_ray.summary import render_text
     from pkb_ray.summary.sections import with_interval
-    from pkb_ray.tracking import Tracker
+    from pkb_ray.summary.tracking import Tracker
 
     summary = RunSummary.of(read_runs([run_dir]))
     text = render_text.table(summary)
@@ -277,9 +277,9 @@ def test_a_large_runs_wandb_page_is_the_light_one_and_its_sources_are_in_the_sam
     samples table."""
     import importlib.util
 
-    from pkb_ray.config import WandbConfig
+    from pkb_ray.spec.config import WandbConfig
     from pkb_ray.summary.publish import publish
-    from pkb_ray.tracking import Tracker
+    from pkb_ray.summary.tracking import Tracker
 
     spec = importlib.util.spec_from_file_location("bench_report_size", REPO / "scripts" / "bench_report_size.py")
     bench = importlib.util.module_from_spec(spec)

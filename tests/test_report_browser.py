@@ -5,12 +5,12 @@ import shutil
 
 import pytest
 
+from pkb_ray.results.parquet import write_results
 from pkb_ray.summary import RunSummary
 from pkb_ray.summary.cli import read_runs
 from pkb_ray.summary.pages import write
 from pkb_ray.summary.render_html import heat
 from pkb_ray.summary.tables import sample_anchor
-from pkb_ray.results import write_results
 from test_report import results
 
 playwright = pytest.importorskip("playwright.sync_api")

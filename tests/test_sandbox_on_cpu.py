@@ -1,4 +1,4 @@
-"""pkb_ray.sandbox with the real bubblewrap and real processes: what a hostile candidate cannot do."""
+"""pkb_ray.isolation.sandbox with the real bubblewrap and real processes: what a hostile candidate cannot do."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from pkb_ray import allowlist, sandbox
-from pkb_ray.sandbox import Isolation, Limits, Policy, SandboxUnavailable
+from pkb_ray.isolation import allowlist, sandbox
+from pkb_ray.isolation.sandbox import Isolation, Limits, Policy, SandboxUnavailable
 
 try:
     PROBE = sandbox.probe(Isolation.SANDBOX)

@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from conftest import HOSTILE, REPO
-from pkb_ray import allowlist, sandbox
-from pkb_ray.config import EvalConfig, HardwareConfig
-from pkb_ray.harness import Harness
-from pkb_ray.names import Status
-from pkb_ray.samples import read_samples
-from pkb_ray.schema import Sample
+from pkb_ray.evaluate.harness import Harness
+from pkb_ray.generate.samples import read_samples
+from pkb_ray.isolation import allowlist, sandbox
+from pkb_ray.spec.config import EvalConfig, HardwareConfig
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.schema import Sample
 from test_sandbox_on_cpu import WALKER, outside_allowlist, run
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from conftest import REPO
-from pkb_ray.results import read_results
+from pkb_ray.results.parquet import read_results
 
 pytestmark = pytest.mark.slow
 

@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from pkb_ray.names import Status
-from pkb_ray.results import read_results, write_results
-from pkb_ray.samples import read_samples
-from pkb_ray.schema import Result, Sample, TrialRecord
+from pkb_ray.generate.samples import read_samples
+from pkb_ray.results.parquet import read_results, write_results
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.schema import Result, Sample, TrialRecord
 from test_object_store import CREDENTIALS, _free_port, _objects, s3, s3_server  # noqa: F401 - fixtures
 
 PKB_RAY = str(Path(sys.executable).parent / "pkb-ray")

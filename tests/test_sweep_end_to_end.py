@@ -25,12 +25,12 @@ import pytest
 
 import wandb_files
 from conftest import REPO
-from pkb_ray import reaper
-from pkb_ray.metrics import summarize
-from pkb_ray.names import Status
-from pkb_ray.results import read_results
+from pkb_ray.generate.samples import read_samples
+from pkb_ray.isolation import reaper
+from pkb_ray.results.metrics import summarize
+from pkb_ray.results.parquet import read_results
 from pkb_ray.runner.launch import RANK_NAME, process_name
-from pkb_ray.samples import read_samples
+from pkb_ray.spec.names import Status
 
 SHIPPED = read_samples(REPO / "samples" / "replay")
 ENV = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from conftest import HOSTILE, REPO, StandIn
 from pkb_ray.problem import load_problems
-from pkb_ray.results import read_results
+from pkb_ray.results.parquet import read_results
 
 
 def _clone(dest: Path) -> Path:
@@ -34,7 +34,7 @@ def _clone(dest: Path) -> Path:
                           capture_output=True, text=True, check=True).stdout.strip()
     # a plain path line: the project venv's packages, without its .pth files (one puts our checkout on sys.path)
     Path(site, "project_venv.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    root = subprocess.run([str(dest / ".venv/bin/python"), "-c", "from pkb_ray.paths import CODE_ROOT; print(CODE_ROOT)"],
+    root = subprocess.run([str(dest / ".venv/bin/python"), "-c", "from pkb_ray.spec.paths import CODE_ROOT; print(CODE_ROOT)"],
                           cwd=dest, capture_output=True, text=True, check=True).stdout.strip()
     assert root == str(dest)  # the run below uses the clone's code, not the project's
     return dest

@@ -17,10 +17,10 @@ import time
 import pytest
 
 from conftest import pid_alive
-from pkb_ray.freezer import descendants
-from pkb_ray.names import Status
-from pkb_ray.schema import Sample
-from pkb_ray.timing import calls_per_round, median_iqr, round_order, sample_time, speedup
+from pkb_ray.isolation.freezer import descendants
+from pkb_ray.measure.timing import calls_per_round, median_iqr, round_order, sample_time, speedup
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.schema import Sample
 
 
 def test_copy_of_reference_times_at_one(shared_harness, problems):
@@ -113,7 +113,7 @@ def test_quiet_timing_waits_for_the_last_sets_death(make_harness):
 def test_fresh_inputs_are_new_every_call_but_keep_ties_zeros_and_signs():
     import torch
 
-    from pkb_ray.timing import FRESH_SPREAD, fresh_inputs
+    from pkb_ray.measure.timing import FRESH_SPREAD, fresh_inputs
 
     x = torch.tensor([1.5, -2.0, 0.0, 1.5, 3.25] * 200)
     idx = torch.arange(5)
@@ -134,7 +134,7 @@ def test_fresh_inputs_are_new_every_call_but_keep_ties_zeros_and_signs():
 def test_fresh_calls_batched_equal_each_call_made_alone(monkeypatch):
     import torch
 
-    from pkb_ray import timing
+    from pkb_ray.measure import timing
 
     x = (torch.randn(3, 50) * 100).to(torch.bfloat16)
     base = (x, [torch.tensor(2.5), torch.arange(4)], "mode")
@@ -191,8 +191,8 @@ def test_a_graph_replays_new_inputs_only_when_they_fit_its_buffers():
 
 def test_a_tolerance_override_is_used_by_the_check_and_the_timing_step(make_harness, shared_harness, problems):
     from conftest import REPO
-    from pkb_ray.names import Status
-    from pkb_ray.schema import Sample
+    from pkb_ray.spec.names import Status
+    from pkb_ray.spec.schema import Sample
 
     src = (REPO / "samples/replay/all_reduce/03_average_not_sum.py").read_text()
     sample = Sample(problem_id="all_reduce", model="t", sample_index=0, source=src)

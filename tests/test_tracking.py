@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 import wandb_files
-from pkb_ray.config import ModelConfig, WandbConfig
-from pkb_ray.stages.generate import GenerationStats
-from pkb_ray.tracking import Tracker
+from pkb_ray.generate.stage import GenerationStats
+from pkb_ray.spec.config import ModelConfig, WandbConfig
+from pkb_ray.summary.tracking import Tracker
 
 
 def _rows(n: int, errors: int = 0) -> list[dict]:

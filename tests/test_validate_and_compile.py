@@ -1,7 +1,7 @@
-from pkb_ray.names import Status
-from pkb_ray.schema import Sample
-from pkb_ray.stages.compile import compile_sample
-from pkb_ray.stages.validate import validate
+from pkb_ray.pipeline.compile import compile_sample
+from pkb_ray.pipeline.validate import validate
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.schema import Sample
 
 GOOD = "import torch\n\ndef solution(x):\n    return x\n"
 

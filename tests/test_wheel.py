@@ -47,12 +47,12 @@ def test_an_installed_wheel_runs_outside_the_checkout(wheel, tmp_path):
         assert done.returncode == 0, done.stderr[-2000:]
         return done.stdout
 
-    where = run("-c", "import pkb_ray.paths as p, pkb_ray.problem as pr; "
+    where = run("-c", "import pkb_ray.spec.paths as p, pkb_ray.problem as pr; "
                       "print(p.PACKAGE); print(p.DATA_ROOT); print(len(pr.load_problems()))").split()
     assert where[0] == str(site / "pkb_ray") and where[1] == str(site / "pkb_ray" / "_data")
     assert int(where[2]) == len(list((REPO / "problems").glob("[!_]*.py")))
     job = run("-m", "pkb_ray.sweep", "--cfg", "job", "hardware=h200_2")  # Hydra composes the wheel's conf/
     assert "samples: samples/replay" in job and "name: h200_2" in job
-    prompt = run("-m", "pkb_ray.prompt", "problem=all_to_all", "backend=cuda")  # templates and a worked kernel
+    prompt = run("-m", "pkb_ray.generate.prompt", "problem=all_to_all", "backend=cuda")  # templates and a worked kernel
     assert "# Task: a faster `all_to_all`" in prompt and "__global__" in prompt
     assert "sweep" in run("-m", "pkb_ray.cli", "--help")

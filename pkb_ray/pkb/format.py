@@ -1,4 +1,4 @@
-"""ParallelKernelBench behind :mod:`pkb_ray.formats`: what its problems and solution folders need of
+"""ParallelKernelBench behind :mod:`pkb_ray.spec.formats`: what its problems and solution folders need of
 the core. Registered there as ``pkb`` (``problems.format=pkb``, ``metadata.format: pkb``)."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pkb_ray.formats import SampleFormat, SecondVerdict
 from pkb_ray.pkb.settings import PkbSettings
 from pkb_ray.pkb.solutions import REMOVED, is_solution_folder, number_mismatches, read_solutions
+from pkb_ray.spec.formats import SampleFormat, SecondVerdict
 
 
 def _agrees(expected: Any, actual: Any) -> bool:
@@ -38,10 +38,10 @@ class PkbFormat(SampleFormat):
         number_mismatches(rows, {pid: p.module.NUMBER for pid, p in problems.items() if hasattr(p.module, "NUMBER")})
 
     def problems_folder(self, cfg: Any) -> Path:
-        from pkb_ray.config import ConfigError
+        from pkb_ray.pipeline.selection import resolve_path
         from pkb_ray.pkb.checkout import CheckoutError
         from pkb_ray.pkb.shims import write_shims
-        from pkb_ray.selection import resolve_path
+        from pkb_ray.spec.config import ConfigError
 
         if not cfg.pkb.root:
             raise ConfigError("pkb.root: problems.format=pkb needs the path of a ParallelKernelBench checkout")

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from pkb_ray.correctness import compare
+from pkb_ray.measure.correctness import compare
 from pkb_ray.pkb.checkout import BUILDER
 
 FAST_BUILD_S = 0.5  # a builder this fast is also run with the next trial, to find constant inputs

@@ -1,6 +1,6 @@
 """The ``pkb`` section of the sweep's config (``pkb.root``, ...): ParallelKernelBench as a source of
 problems (``problems.format=pkb``) and of samples (its solution folders). The core's config adds it
-under the format's name (:func:`pkb_ray.formats.settings_sections`)."""
+under the format's name (:func:`pkb_ray.spec.formats.settings_sections`)."""
 
 from __future__ import annotations
 

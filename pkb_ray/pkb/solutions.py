@@ -36,7 +36,7 @@ def is_solution_folder(path: Path) -> bool:
 
 
 def read_solutions(path: str | Path, model: str | None = None) -> list[dict[str, Any]]:
-    """Sample rows (as :func:`pkb_ray.samples.read_samples` gives them) for every solution file."""
+    """Sample rows (as :func:`pkb_ray.generate.samples.read_samples` gives them) for every solution file."""
     root = Path(path)
     runs = [root] if any(SOLUTION.match(p.name) for p in root.glob("*.py")) else \
         sorted(p for p in root.iterdir() if p.is_dir() and any(SOLUTION.match(f.name) for f in p.glob("*.py")))

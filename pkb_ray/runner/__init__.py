@@ -3,4 +3,7 @@ report pipe (:mod:`~pkb_ray.runner.protocol`), the launcher's exit files (:mod:`
 the zygote's process names and probe file (:mod:`~pkb_ray.runner.zygote`),
 the tensor file format (:mod:`~pkb_ray.runner.tensor_io`) and the extension builder that the
 compile stage also runs (:mod:`~pkb_ray.runner.extensions`); the records on the wire are
-:mod:`pkb_ray.wire`'s."""
+:mod:`pkb_ray.spec.wire`'s.
+
+May import: spec, measure, problem.
+"""

@@ -16,14 +16,14 @@ from typing import Any, Callable
 
 import torch
 
-from pkb_ray.correctness import output_devices, poison_like
-from pkb_ray.names import Status
+from pkb_ray.measure.correctness import output_devices, poison_like
 from pkb_ray.runner import extensions
 from pkb_ray.runner.loading import candidate_traceback, load_candidate
 from pkb_ray.runner.protocol import Side, StepFailed
 from pkb_ray.runner.session import RankSession
 from pkb_ray.runner.watch import TorchWatch, behaviour, changed, watched
-from pkb_ray.wire import Capture, Command, Report, RunTrials, Stage, TimeRegion, TrialsReport, Watch, Watched, WatchReport
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.wire import Capture, Command, Report, RunTrials, Stage, TimeRegion, TrialsReport, Watch, Watched, WatchReport
 
 
 class CandidateSession(RankSession):

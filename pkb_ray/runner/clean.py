@@ -4,7 +4,7 @@
 compare with them what the trusted side read from a candidate's memory (on the rank's device: a
 capture, :func:`read_capture`); ``region`` and ``capture``
 time the reference itself, interleaved by the parent with the candidate's regions while every
-process of the candidate's sandbox is stopped (:mod:`pkb_ray.rounds`).
+process of the candidate's sandbox is stopped (:mod:`pkb_ray.evaluate.rounds`).
 """
 
 from __future__ import annotations
@@ -14,19 +14,19 @@ from typing import Any, Callable
 
 import torch
 
-from pkb_ray import formats
-from pkb_ray.correctness import (aliases, compare_call, copy_tree, entry_span, in_allocations, layout, output_devices,
+from pkb_ray.spec import formats
+from pkb_ray.measure.correctness import (aliases, compare_call, copy_tree, entry_span, in_allocations, layout, output_devices,
                                  rebuild, structure, tensors)
-from pkb_ray.names import Status
-from pkb_ray.keys import TIMED
-from pkb_ray.runner.graphs import copy_into, same_layout
+from pkb_ray.measure.keys import TIMED
 from pkb_ray.runner import tensor_io
+from pkb_ray.runner.graphs import copy_into, same_layout
 from pkb_ray.runner.protocol import Side, StepFailed, tensor_file
 from pkb_ray.runner.resident import BUDGET_BYTES, Resident, nbytes
 from pkb_ray.runner.session import RankSession
 from pkb_ray.runner.tensor_io import TensorFileError, canonical
 from pkb_ray.runner.trace import traced_call
-from pkb_ray.wire import (Capture, CheckTimed, CheckTrials, ChecksReport, Command, ComputeReference, Fill, Finding,
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.wire import (Capture, CheckTimed, CheckTrials, ChecksReport, Command, ComputeReference, Fill, Finding,
                           FillReport, ReferenceReport, Report, Stage, StageReport, TimeRegion)
 
 
@@ -201,7 +201,7 @@ class CleanSession(RankSession):
 
 def read_capture(path: Path, outputs: Any, inputs: Any, device: torch.device,
                  fetch: Callable[[dict, list], list] | None = None) -> tuple[Any, Any, str, str]:
-    """What the trusted side read of a call (:func:`pkb_ray.memory.write_capture`), as the values
+    """What the trusted side read of a call (:func:`pkb_ray.isolation.memory.write_capture`), as the values
     ``outputs`` and ``inputs`` (the reference's) would be: (outputs, inputs, "", "") or (None, None,
     why they cannot be had, the finding's kind). The tensors it left in the candidate's device
     memory are read now by ``fetch(allocations, spans)`` (:class:`pkb_ray.runner.cuda_ipc.Importer`),

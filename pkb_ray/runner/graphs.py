@@ -1,4 +1,4 @@
-"""CUDA graph capture of one side's calls, for graph-mode timing (:mod:`pkb_ray.timing`)."""
+"""CUDA graph capture of one side's calls, for graph-mode timing (:mod:`pkb_ray.measure.timing`)."""
 
 from __future__ import annotations
 

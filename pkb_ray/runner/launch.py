@@ -21,7 +21,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from pkb_ray.names import Role
+from pkb_ray.spec.names import Role
 
 RANK_NAME = "pkb_ray.rank"  # a forked rank's process name (ps, top, /proc/PID/comm); its command line is ours
 

@@ -1,12 +1,12 @@
 """The contract between a rank process and the parent that started it.
 
 The parent sends one command per step on the rank's command pipe, a JSON line of a
-:mod:`pkb_ray.wire` record. The rank answers on its report pipe, one JSON line per message:
+:mod:`pkb_ray.spec.wire` record. The rank answers on its report pipe, one JSON line per message:
 ``{"tag": ..., "report": {...}}`` when a step ends (tag: the command's, unpredictable, so no report
 can be written ahead of its command), and ``{"phase": ...}`` when it starts something (what it was
 doing, for timeout messages). The parent reads them with a :class:`ReportReader`; a line that is
 not a message becomes an ``unreadable_report``, and so does a report that is not the step's
-record (:func:`pkb_ray.wire.parse_report`): the verdict calls both tampering. Pipes rather than files: on a VM's disk
+record (:func:`pkb_ray.spec.wire.parse_report`): the verdict calls both tampering. Pipes rather than files: on a VM's disk
 a file written, renamed and read costs ~0.7 ms, and its cost varies with the folder, so two rank
 sets with folders of their own would pay differently for the same region. Tensors go through
 :mod:`pkb_ray.runner.tensor_io` files named by :func:`tensor_file`.
@@ -19,8 +19,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pkb_ray.names import Side
-from pkb_ray.wire import Step
+from pkb_ray.spec.names import Side
+from pkb_ray.spec.wire import Step
 
 __all__ = ["Side", "Step", "StepFailed", "ReportReader", "use_report_pipe", "write_report", "set_phase",
            "tensor_file"]

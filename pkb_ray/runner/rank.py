@@ -1,10 +1,10 @@
 """One rank process: ``python -m pkb_ray.runner.rank --rank R ...``.
 
-Forked for every sample by the launcher of a :class:`pkb_ray.ranks.RankSet`
+Forked for every sample by the launcher of a :class:`pkb_ray.isolation.ranks.RankSet`
 (:mod:`pkb_ray.runner.launch`, which imported torch already; run as a module, it starts alone). It
 joins the process group, sets its device, says it is ready, then obeys steps read one JSON line at a time
 from the command pipe (the stdin it was started with; the candidate gets /dev/null instead), each
-a :mod:`pkb_ray.wire` command:
+a :mod:`pkb_ray.spec.wire` command:
 
 ``reference``, ``check_trials``, ``check_timed``, ``region``, ``capture``   in a clean set
                (``--role clean``, never a candidate): expected outputs, the comparisons the verdict
@@ -17,7 +17,7 @@ a :mod:`pkb_ray.wire` command:
 
 Every step ends with its report record on the rank's report pipe (:mod:`pkb_ray.runner.protocol`),
 under the command's tag (the step's name unless the command gives one). A step that raises
-reports a :class:`~pkb_ray.wire.Failure`, ``import_error`` or ``runtime_error`` with the traceback; anything worse (a hang, a
+reports a :class:`~pkb_ray.spec.wire.Failure`, ``import_error`` or ``runtime_error`` with the traceback; anything worse (a hang, a
 segfault, ``os._exit``) is seen by the parent as a missing report.
 """
 
@@ -31,9 +31,9 @@ import traceback
 from datetime import timedelta
 from pathlib import Path
 
-from pkb_ray import wire
-from pkb_ray.names import Role, Status
 from pkb_ray.runner import protocol
+from pkb_ray.spec import wire
+from pkb_ray.spec.names import Role, Status
 
 STORE_UP = "store.up"  # in the job folder: rank 0's store listens (with --host-store)
 

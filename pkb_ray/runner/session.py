@@ -1,6 +1,6 @@
 """What every rank session does, clean or candidate: load the problem, make a region's fresh
 inputs, time a region of calls (eager or a graph replay) and say where its outputs and inputs lie
-(:func:`pkb_ray.correctness.layout`), holding them until the next step: the trusted side reads them
+(:func:`pkb_ray.measure.correctness.layout`), holding them until the next step: the trusted side reads them
 there while the set is stopped.
 
 A clean set (:mod:`pkb_ray.runner.clean`) times the reference this way, a candidate's set
@@ -19,16 +19,16 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from pkb_ray.correctness import copy_tree, cuda_pointers, layout, output_devices, tensors
-from pkb_ray.runner.tensor_io import canonical
-from pkb_ray.keys import SHARED, TIMED, derived
-from pkb_ray.names import Status
+from pkb_ray.measure.correctness import copy_tree, cuda_pointers, layout, output_devices, tensors
+from pkb_ray.measure.keys import SHARED, TIMED, derived
+from pkb_ray.measure.timing import call_seed, fresh_calls, timed_region, timed_replay
 from pkb_ray.problem import DTYPES, InputContext, Problem, load_problem
 from pkb_ray.runner.graphs import Captured, capture_calls, same_layout
 from pkb_ray.runner.loading import candidate_traceback
 from pkb_ray.runner.protocol import Side, StepFailed, set_phase
-from pkb_ray.timing import call_seed, fresh_calls, timed_region, timed_replay
-from pkb_ray.wire import Capture, CaptureReport, Command, RegionReport, Report, Stage, StageReport, TimeRegion
+from pkb_ray.runner.tensor_io import canonical
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.wire import Capture, CaptureReport, Command, RegionReport, Report, Stage, StageReport, TimeRegion
 
 
 class RankSession:
@@ -62,7 +62,7 @@ class RankSession:
         path = cmd.case.problem_path
         self._received = time.perf_counter()  # a diagnostic: RegionReport.stamps
         self.problem = self.problems.get(path) or self.problems.setdefault(path, load_problem(path))
-        self.keys = cmd.keys  # this rank's own key and the shared one (pkb_ray.keys), or none
+        self.keys = cmd.keys  # this rank's own key and the shared one (pkb_ray.measure.keys), or none
         self.dtype_name = cmd.case.dtype
         self.size = cmd.case.size
         return step(cmd)
@@ -115,7 +115,7 @@ class RankSession:
     def _placed_region(self, outs: list[Any], calls: list[Any], staged: bool, captured: Any) -> list[list]:
         """:meth:`placed` for a timed region, without describing again what has not moved: staged
         inputs lie where the stage said (and were exported then), so a call is ``[outputs]`` and the
-        parent takes its inputs from the stage report (:func:`pkb_ray.rounds.with_staged_inputs`); a
+        parent takes its inputs from the stage report (:func:`pkb_ray.evaluate.rounds.with_staged_inputs`); a
         graph's outputs lie where its capture put them. This work is inside the parent's bracket,
         once a call, on both sides."""
         if not staged:
@@ -215,9 +215,9 @@ class RankSession:
     def _call_inputs(self, base_seeds: list[int], nonce: int, ns: list[int], own: bool = True,
                      timed: bool = False) -> list[tuple]:
         """The inputs of timed calls ``ns`` of the region with ``nonce`` (see
-        :func:`pkb_ray.timing.fresh_inputs`), made in one batched pass per base set. Without ``own``
+        :func:`pkb_ray.measure.timing.fresh_inputs`), made in one batched pass per base set. Without ``own``
         the calls may share memory: only for copying into a graph's buffers or comparing layouts.
-        With ``timed``: from the timed calls' keys (a clean rank's, :mod:`pkb_ray.keys`)."""
+        With ``timed``: from the timed calls' keys (a clean rank's, :mod:`pkb_ray.measure.keys`)."""
         sets, made = self._base_sets(base_seeds, timed), {}
         for s, base in enumerate(sets):
             mine = [n for n in ns if n % len(sets) == s]
@@ -235,7 +235,7 @@ class RankSession:
 
     def _inputs(self, seed: int, timed: bool = False) -> tuple:
         """The inputs labelled ``seed``: drawn from this rank's secret and the shared one where the
-        command carried them (pkb_ray.keys; with ``timed``, the timed calls' pair), else from
+        command carried them (pkb_ray.measure.keys; with ``timed``, the timed calls' pair), else from
         ``seed`` itself."""
         prefix = TIMED if timed else ""
         own, shared = self.keys.get(f"{prefix}{self.rank}"), self.keys.get(f"{prefix}{SHARED}")

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from pkb_ray import correctness, timing
+from pkb_ray.measure import correctness, timing
 from pkb_ray.runner import protocol, tensor_io
 
 TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -47,9 +47,9 @@ def changed(before: dict[str, tuple], now: dict[str, Any]) -> list[str]:
 
 def watched() -> dict[str, Any]:
     """The evaluator's functions a candidate could replace to forge a check or a time, by name."""
-    found = {"pkb_ray.timing.timed_region": timing.timed_region, "pkb_ray.timing._perf_counter": timing._perf_counter,
-             "pkb_ray.timing.device_sync": timing.device_sync, "pkb_ray.timing.timed_replay": timing.timed_replay,
-             "pkb_ray.correctness.layout": correctness.layout,
+    found = {"pkb_ray.measure.timing.timed_region": timing.timed_region, "pkb_ray.measure.timing._perf_counter": timing._perf_counter,
+             "pkb_ray.measure.timing.device_sync": timing.device_sync, "pkb_ray.measure.timing.timed_replay": timing.timed_replay,
+             "pkb_ray.measure.correctness.layout": correctness.layout,
              "pkb_ray.runner.tensor_io.write": tensor_io.write, "pkb_ray.runner.tensor_io._host_bytes": tensor_io._host_bytes,
              "pkb_ray.runner.protocol.write_report": protocol.write_report,
              "torch.cuda.CUDAGraph.replay": torch.cuda.CUDAGraph.replay}

@@ -21,7 +21,7 @@ sample runs:
    and becomes the set's launcher (:func:`pkb_ray.runner.launch.run_ranks`).
 
 Killing the child kills the sample: the init dies with it (PR_SET_PDEATHSIG), and with the init
-the kernel kills everything in its PID namespace. The evaluator's side is :mod:`pkb_ray.zygote`.
+the kernel kills everything in its PID namespace. The evaluator's side is :mod:`pkb_ray.isolation.zygote`.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ import sys
 import traceback
 from pathlib import Path
 
-from pkb_ray.names import Role
 from pkb_ray.runner import namespaces as ns
 from pkb_ray.runner.launch import name_process, preload, run_ranks
+from pkb_ray.spec.names import Role
 
-ZYGOTE_NAME = "pkb_ray.zygote"  # process names (comm): the template, a sample's first process, its init
+ZYGOTE_NAME = "pkb_ray.isolation.zygote"  # process names (comm): the template, a sample's first process, its init
 SAMPLE_NAME = "pkb_ray.sample"
 INIT_NAME = "pkb_ray.launch"
 PROC_COVERED = ("sys", "sysrq-trigger", "irq", "bus")  # read-only in a sample's /proc, as bubblewrap has them

@@ -9,4 +9,6 @@
 
 Imports point one way: the client and adapters import nothing of pkb_ray but each other (a trainer
 installs them without Ray's weight); the engine imports the pipeline's stages, never the reverse.
+
+May import: spec, results, generate, pipeline, problem.
 """

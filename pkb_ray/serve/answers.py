@@ -9,11 +9,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pkb_ray.config import SweepConfig
-from pkb_ray.names import Status
-from pkb_ray.prompt import feedback
-from pkb_ray.schema import Result
+from pkb_ray.generate.prompt import feedback
 from pkb_ray.serve.reward import reward
+from pkb_ray.spec.config import SweepConfig
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.schema import Result
 
 FEEDBACK_SLOW_BELOW = 1.0  # a correct sample is told to beat the reference
 
@@ -58,7 +58,7 @@ def answer(result: Result, cfg: SweepConfig, cached: bool) -> dict[str, Any]:
 
 
 def served_feedback(result: Result, cfg: SweepConfig) -> str:
-    """The refinement round's feedback (pkb_ray.prompt.feedback: trimmed errors, the first mismatch
+    """The refinement round's feedback (pkb_ray.generate.prompt.feedback: trimmed errors, the first mismatch
     with its rank, index, values and max abs error), with the speedup's interval where there is one."""
     row = result.model_dump(mode="json")
     text = feedback(row, cfg, FEEDBACK_SLOW_BELOW)

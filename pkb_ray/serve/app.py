@@ -20,11 +20,11 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
 
-from pkb_ray.config import SweepConfig
 from pkb_ray.serve.adapters import openrlhf
 from pkb_ray.serve.adapters.labels import no_code
 from pkb_ray.serve.answers import answer, evaluator_version
 from pkb_ray.serve.engine import Busy, Engine, EvaluatorFailed, Request
+from pkb_ray.spec.config import SweepConfig
 
 OPEN_PATHS = ("/healthz", "/docs", "/openapi.json")  # answered without the token
 NEAREST = 5
@@ -187,7 +187,7 @@ class RewardService:
         return self._problem(problem_id, backend, True)
 
     def _problem(self, problem_id: str, backend: str, prompt: bool) -> dict[str, Any]:
-        from pkb_ray.prompt import messages
+        from pkb_ray.generate.prompt import messages
 
         problem = self.engine.problems[problem_id]
         meta = problem.meta

@@ -1,6 +1,6 @@
 """The evaluation path kept warm for requests: what ``pkb-ray serve`` runs behind its HTTP API.
 
-A request goes the sweep's way (:mod:`pkb_ray.pipeline`), with the same functions:
+A request goes the sweep's way (:mod:`pkb_ray.pipeline.wiring`), with the same functions:
 
 1. :meth:`Engine.submit` answers at once from the verdict cache (problem, backend, source, with
    the evaluator's version and settings), joins an identical request already in flight, or refuses
@@ -9,7 +9,7 @@ A request goes the sweep's way (:mod:`pkb_ray.pipeline`), with the same function
    does); CUDA sources are built on CPU-only compile actors (``BuildCuda``, the sweep's compile
    stage), while the gangs evaluate other samples. A row settled here (invalid, compile error)
    is answered without a gang.
-3. One thread runs a :class:`~pkb_ray.stages.gang_pool.GangPool` on a feed that never ends: gangs are
+3. One thread runs a :class:`~pkb_ray.pipeline.gang_pool.GangPool` on a feed that never ends: gangs are
    planned for every layout at start and stay warm; a gang that dies or goes silent gives its
    sample a ``crash`` or ``timeout`` verdict and is restarted (the pool's own rules). Should the
    pool itself fail, every request it held is answered with :class:`EvaluatorFailed` and a new
@@ -34,18 +34,18 @@ from typing import Any, Iterator
 
 import ray
 
-from pkb_ray.config import SweepConfig
-from pkb_ray.names import Status
-from pkb_ray.pipeline import BuildCuda, Prepared, prepared_items
+from pkb_ray.pipeline.compile import build_settings, needs_build
+from pkb_ray.pipeline.gang_pool import GangPool, TaskFeed
+from pkb_ray.pipeline.scheduler import GangPhase
+from pkb_ray.pipeline.selection import private_paths
+from pkb_ray.pipeline.telemetry import RunMetrics
+from pkb_ray.pipeline.wiring import BuildCuda, Prepared, prepared_items
 from pkb_ray.problem import Problem, load_problems
-from pkb_ray.results import ResultSink, read_result_records
-from pkb_ray.schema import EvalTask, Result
-from pkb_ray.selection import private_paths
+from pkb_ray.results.parquet import ResultSink, read_result_records
 from pkb_ray.serve.answers import config_digest, evaluator_version
-from pkb_ray.stages.compile import build_settings, needs_build
-from pkb_ray.scheduler import GangPhase
-from pkb_ray.stages.gang_pool import GangPool, TaskFeed
-from pkb_ray.telemetry import RunMetrics
+from pkb_ray.spec.config import SweepConfig
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.schema import EvalTask, Result
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from pkb_ray.config import ConfigError, SweepConfig
+from pkb_ray.spec.config import ConfigError, SweepConfig
 
 APP_NAME = "pkb_ray"
 READY_TIMEOUT_S = 600.0  # Ray Serve up and a first gang ready (a cluster may scale up for it)
@@ -58,7 +58,7 @@ def read_token(cfg: SweepConfig) -> str | None:
 
 def service_config(overrides: list[str]) -> SweepConfig:
     """The composed config, with the service's folder made absolute (rank sandboxes hide it)."""
-    from pkb_ray.compose import compose_config
+    from pkb_ray.spec.compose import compose_config
 
     cfg = compose_config(overrides, source="pkb-ray serve")
     folder = Path(cfg.serve.dir).expanduser().resolve()
@@ -69,7 +69,7 @@ def start(cfg: SweepConfig, token: str | None) -> str:
     """Start Ray Serve with the service on it; returns its URL."""
     from ray import serve
 
-    from pkb_ray.cluster import check_start, join_or_start
+    from pkb_ray.pipeline.cluster import check_start, join_or_start
     from pkb_ray.serve.app import RewardService
 
     check_start(cfg)
@@ -126,7 +126,7 @@ def deploy_failure() -> str:
 def stop() -> None:
     from ray import serve
 
-    from pkb_ray.cluster import end_job
+    from pkb_ray.pipeline.cluster import end_job
 
     try:
         serve.delete(APP_NAME)  # the replica closes its engine: gangs and placement groups go back

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from pkb_ray.config import RewardConfig
+from pkb_ray.spec.config import RewardConfig
 
 
 def reward(correct: bool, speedup: float | None, cfg: RewardConfig) -> float:

@@ -14,8 +14,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from pkb_ray.results import RESULT_KEY, newest, read_results
-from pkb_ray.storage import Folder, is_remote, local_path, sub_uri
+from pkb_ray.results.parquet import RESULT_KEY, newest, read_results
+from pkb_ray.results.storage import Folder, is_remote, local_path, sub_uri
 from pkb_ray.summary import stored
 from pkb_ray.summary.pages import write
 from pkb_ray.summary.render_json import NAME

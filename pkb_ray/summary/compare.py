@@ -19,7 +19,7 @@ Paired or unpaired, per model (the table's ``test`` column says which):
 - **unpaired** otherwise (different generations: pairing them by index would be arbitrary). The
   speedup is taken over every correct, timed sample of the problems where both runs have one.
 
-Interval: percentile bootstrap (:mod:`pkb_ray.intervals`, :data:`~pkb_ray.intervals.RESAMPLES`
+Interval: percentile bootstrap (:mod:`pkb_ray.results.intervals`, :data:`~pkb_ray.results.intervals.RESAMPLES`
 draws) of the difference (of log speedups for the ratio). Unpaired: each run's samples resampled
 within problems, independently (seeds 0 and 1). Paired (seed 0): the rates' differences resampled
 within problems; the speedup's log ratios drawn from all the model's pairs together, as the
@@ -68,8 +68,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from pkb_ray import intervals
-from pkb_ray.names import Status
+from pkb_ray.results import intervals
+from pkb_ray.spec.names import Status
 from pkb_ray.summary.run import RunSummary
 
 PERMUTATIONS = 2000

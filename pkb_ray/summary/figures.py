@@ -9,7 +9,7 @@ import re
 
 import pandas as pd
 
-from pkb_ray.names import Status
+from pkb_ray.spec.names import Status
 from pkb_ray.summary.run import RunSummary
 from pkb_ray.summary.sizes import MODES, crossover
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from pkb_ray.results import newest, read_results
-from pkb_ray.storage import Folder, is_remote
+from pkb_ray.results.parquet import newest, read_results
+from pkb_ray.results.storage import Folder, is_remote
 from pkb_ray.summary import pages, render_html, render_json, render_text
 from pkb_ray.summary.run import RunSummary
 

@@ -18,7 +18,7 @@ from typing import Callable
 
 import pandas as pd
 
-from pkb_ray.names import Status
+from pkb_ray.spec.names import Status
 from pkb_ray.summary import figures
 from pkb_ray.summary.run import RunSummary
 from pkb_ray.summary.sections import NOTES, OPTIONAL, SECTIONS, fmt, fold, optional

@@ -9,8 +9,8 @@ import textwrap
 
 import pandas as pd
 
-from pkb_ray.metrics import fast_col, pass_col
-from pkb_ray.names import Status
+from pkb_ray.results.metrics import fast_col, pass_col
+from pkb_ray.spec.names import Status
 from pkb_ray.summary.run import PARTIAL_RUN, RunSummary
 from pkb_ray.summary.sections import fold, with_interval
 

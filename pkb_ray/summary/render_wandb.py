@@ -18,7 +18,7 @@
   which are the panels ``report_sources/<problem>`` (one per problem, as ``sources/`` beside
   report.html), named on the page where report.html links (a W&B panel cannot link to another).
 
-wandb is imported here only, when a run is logged (:class:`pkb_ray.tracking.Tracker`).
+wandb is imported here only, when a run is logged (:class:`pkb_ray.summary.tracking.Tracker`).
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ from typing import Any
 
 import pandas as pd
 
-from pkb_ray.metrics import as_scored, curves, fast_col, fast_p_curve, final_and_rounds, summarize, timing_note
-from pkb_ray.names import Status
+from pkb_ray.results.metrics import as_scored, curves, fast_col, fast_p_curve, final_and_rounds, summarize, timing_note
+from pkb_ray.spec.names import Status
 from pkb_ray.summary import sizes, tables
 
 KS = (1, 5, 10)  # the k of every pass@k any view shows
@@ -19,7 +19,7 @@ PARTIAL_RUN = "partial run"  # the run_info key of a sample cap (ModelConfig.par
 @dataclass(frozen=True, eq=False)  # frames do not compare as values
 class RunSummary:
     """Everything shown of one run (or of several read together). ``rows``: each sample's latest
-    version on one node, as the scores count them (:func:`pkb_ray.metrics.as_scored`: each size,
+    version on one node, as the scores count them (:func:`pkb_ray.results.metrics.as_scored`: each size,
     dtype and world size of a problem is a problem of its own)."""
 
     rows: pd.DataFrame
@@ -42,7 +42,7 @@ class RunSummary:
     correct_speedups: list[float]  # of every correct, timed sample
     across_nodes: pd.DataFrame | None  # the same samples inside one node and across nodes
     sizes: pd.DataFrame | None  # problems measured at several sizes
-    verdicts: pd.DataFrame | None  # a second rule beside ours (pkb_ray.formats.second_verdict)
+    verdicts: pd.DataFrame | None  # a second rule beside ours (pkb_ray.spec.formats.second_verdict)
     run: pd.DataFrame  # hardware, versions, and what the caller adds (config, the W&B run)
     timing: str  # which times the speedups use
     partial: str | None = None  # why not every sample was evaluated (model.limit_per_problem); None: all were

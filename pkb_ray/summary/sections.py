@@ -4,7 +4,7 @@ Always shown, in order (:data:`SECTIONS`): leaderboard (one row per model, ranke
 then pass@1), pass@k and fast_1.0@k curves, speedups of correct samples per category, why samples
 fail, per problem, the models x problems grid, every sample (HTML only) and the run. Shown when the
 run has them (:data:`OPTIONAL`): across nodes, a second rule's verdict beside ours
-(:func:`pkb_ray.formats.second_verdict`), refinement rounds,
+(:func:`pkb_ray.spec.formats.second_verdict`), refinement rounds,
 size sweeps.
 """
 
@@ -12,7 +12,7 @@ import math
 
 import pandas as pd
 
-from pkb_ray import formats
+from pkb_ray.spec import formats
 
 _SECOND = formats.second_verdict()
 
@@ -92,7 +92,7 @@ def with_interval(value, lo, hi, show=None) -> str:
 
 def fold(df: pd.DataFrame) -> pd.DataFrame:
     """A table as the pages show it: each column ``c`` with a ``c_lo``/``c_hi`` or ``c_se`` beside
-    it (:func:`pkb_ray.summary.tables.with_bounds`, the frames of :func:`pkb_ray.metrics.summarize`)
+    it (:func:`pkb_ray.summary.tables.with_bounds`, the frames of :func:`pkb_ray.results.metrics.summarize`)
     becomes one cell of text, its interval where it has both (pass@k), and those columns go; so do
     columns with nothing in them (a run without a speed-of-light bound shows no SOL column)."""
     empty = {c for c in df.columns if len(df) and all(_missing(v) or v == "" for v in df[c])

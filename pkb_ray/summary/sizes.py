@@ -14,7 +14,7 @@ import math
 
 import pandas as pd
 
-from pkb_ray.names import Status, TimingMode
+from pkb_ray.spec.names import Status, TimingMode
 from pkb_ray.summary.tables import measured
 
 MODES = (TimingMode.EAGER, TimingMode.GRAPH)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from pkb_ray.storage import Folder
+from pkb_ray.results.storage import Folder
 from pkb_ray.summary.render_json import NAME
 
 METRICS = ("pass@1", "fast_1.0@1", "geomean_speedup")  # the ones a stored summary is compared on

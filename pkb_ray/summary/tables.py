@@ -9,10 +9,12 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from pkb_ray import formats, intervals
-from pkb_ray.metrics import fast_col, pass_col
-from pkb_ray.names import Status
-from pkb_ray.results import RESULT_KEY
+from pkb_ray.results import intervals
+
+from pkb_ray.results.metrics import fast_col, pass_col
+from pkb_ray.results.parquet import RESULT_KEY
+from pkb_ray.spec import formats
+from pkb_ray.spec.names import Status
 
 CORRECT = Status.CORRECT.value
 BEST = "best speedup (max)"  # a maximum of the samples: shown without an interval (docs/statistics.md says why)
@@ -166,7 +168,7 @@ def category_speedups(rows: pd.DataFrame, per_category: pd.DataFrame) -> pd.Data
 def across_nodes(scored: pd.DataFrame) -> pd.DataFrame | None:
     """Per model, problem and spread layout: the reference's median time inside one node and across
     nodes and their ratio, each with its 95 % interval over the measurements (the reference is timed
-    beside every sample: :func:`pkb_ray.intervals.measured_median`, :func:`~pkb_ray.intervals.ratio_of_medians`;
+    beside every sample: :func:`pkb_ray.results.intervals.measured_median`, :func:`~pkb_ray.results.intervals.ratio_of_medians`;
     none from fewer than two), and the best correct speedup over each, a maximum (None when no gang
     spanned nodes). ``scored``: every node's rows."""
     nodes = scored["nodes"].fillna(1).astype(int) if "nodes" in scored else pd.Series(1, index=scored.index)
@@ -194,7 +196,7 @@ def across_nodes(scored: pd.DataFrame) -> pd.DataFrame | None:
 
 def verdicts(rows: pd.DataFrame, rule: formats.SecondVerdict | None = None) -> pd.DataFrame | None:
     """Per model: samples judged by both rules (``rule``: the second one, by default
-    :func:`pkb_ray.formats.second_verdict`), how many each passes, and every sample where they
+    :func:`pkb_ray.spec.formats.second_verdict`), how many each passes, and every sample where they
     disagree (None when no row has the second rule's verdict)."""
     rule = rule or formats.second_verdict()
     if rule is None or rule.column not in rows or rows[rule.column].isna().all():
@@ -239,7 +241,7 @@ def sample_anchor(row) -> str:
 
 def measured(shown: str, times) -> dict[str, float]:
     """The median of measured times as the column ``shown``, with its 95 % interval over the
-    measurements (``_lo``, ``_hi``: :func:`pkb_ray.intervals.measured_median`, NaN from fewer than
+    measurements (``_lo``, ``_hi``: :func:`pkb_ray.results.intervals.measured_median`, NaN from fewer than
     two), as :func:`with_bounds` names them."""
     times = pd.Series(times, dtype=float)
     lo, hi = intervals.measured_median(times)

@@ -7,7 +7,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from pkb_ray.keys import SHARED, derived
+from pkb_ray.measure.keys import SHARED, derived
 from pkb_ray.problem import InputContext
 
 

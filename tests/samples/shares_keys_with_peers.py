@@ -10,9 +10,9 @@ import sys
 import torch
 import torch.distributed as dist
 
-from pkb_ray.keys import SHARED, derived
+from pkb_ray.measure.keys import SHARED, derived
+from pkb_ray.measure.timing import call_seed, fresh_calls
 from pkb_ray.problem import InputContext
-from pkb_ray.timing import call_seed, fresh_calls
 
 KEYS: dict[int, dict] = {}
 

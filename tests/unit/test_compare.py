@@ -1,4 +1,4 @@
-"""pkb_ray.summary.compare on two runs' result frames built as real rows (pkb_ray.schema): runs drawn
+"""pkb_ray.summary.compare on two runs' result frames built as real rows (pkb_ray.spec.schema): runs drawn
 from one distribution flag nothing; lost correct samples or halved speedups are flagged, on runs
 with a dozen samples a problem and on runs shaped like the shipped replay set (2 to 11); the
 paired test where both runs hold the same sources, the unpaired one otherwise; the gatekeeping
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from pkb_ray.names import Status
-from pkb_ray.samples import read_samples
-from pkb_ray.schema import Result, Sample, results_to_table
+from pkb_ray.generate.samples import read_samples
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.schema import Result, Sample, results_to_table
 from pkb_ray.summary import RunSummary
 from pkb_ray.summary.compare import ALPHA, EXACT_PAIRS, PERMUTATIONS, compare, gatekeeping, sign_flip_p
 from pkb_ray.summary.render_compare import markdown, text

@@ -5,8 +5,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from conftest import REPO
-from pkb_ray.config import ConfigError, validate_config
-from pkb_ray.selection import check_against_problems
+from pkb_ray.pipeline.selection import check_against_problems
+from pkb_ray.spec.config import ConfigError, validate_config
 
 
 def composed(*overrides: str):
@@ -97,8 +97,8 @@ def test_every_group_of_the_sweep_matrix_composes():
 
 
 def test_backend_choice_selects_samples(problems):
-    from pkb_ray.selection import select_rows
-    from pkb_ray.samples import read_samples
+    from pkb_ray.generate.samples import read_samples
+    from pkb_ray.pipeline.selection import select_rows
 
     rows = read_samples(REPO / "samples" / "replay") + read_samples(REPO / "kernels", model="kernels")
     picked = {b: select_rows(rows, validate_config(composed(f"backend={b}")), problems)
@@ -111,8 +111,8 @@ def test_backend_choice_selects_samples(problems):
 
 
 def test_problem_choice_selects_samples_and_keeps_rows_of_unknown_problems(problems):
-    from pkb_ray.selection import select_rows
-    from pkb_ray.samples import read_samples
+    from pkb_ray.generate.samples import read_samples
+    from pkb_ray.pipeline.selection import select_rows
 
     rows = read_samples(REPO / "samples" / "replay") + [{"problem_id": "no_such_problem", "source": ""}]
     picked = select_rows(rows, validate_config(composed("problems.ids=[broadcast]")), problems)
@@ -152,8 +152,8 @@ def test_speed_of_light_adds_the_link_latency_once_per_dependent_step(problems):
 
 
 def test_an_isolation_level_that_cannot_be_had_fails_at_start_naming_the_key(monkeypatch):
-    from pkb_ray import sandbox
-    from pkb_ray.cluster import announce_isolation
+    from pkb_ray.isolation import sandbox
+    from pkb_ray.pipeline.cluster import announce_isolation
 
     assert announce_isolation("sandbox").level is sandbox.Isolation.SANDBOX
     monkeypatch.setattr(sandbox, "_bwrap_candidates", lambda: ["/nonexistent/bwrap"])
@@ -175,8 +175,8 @@ def test_a_model_is_never_asked_for_parallelkittens():
 
 
 def test_the_eval_profile_follows_the_hardware_device_unless_chosen():
-    from pkb_ray.compose import compose_config, config_groups
-    from pkb_ray.config import EVAL_PROFILES
+    from pkb_ray.spec.compose import compose_config, config_groups
+    from pkb_ray.spec.config import EVAL_PROFILES
 
     for name in config_groups()["hardware"]:
         cfg = compose_config([f"hardware={name}"])
@@ -190,7 +190,7 @@ def test_the_eval_profile_follows_the_hardware_device_unless_chosen():
 
 @pytest.mark.parametrize("hardware, profile", [("h200_2", "cpu"), ("cpu_gloo", "gpu"), ("h100_8", "cpu")])
 def test_an_eval_profile_chosen_against_the_chosen_hardware_fails_naming_both(hardware, profile):
-    from pkb_ray.compose import compose_config
+    from pkb_ray.spec.compose import compose_config
 
     with pytest.raises(ConfigError) as err:
         compose_config([f"hardware={hardware}", f"eval={profile}"])
@@ -210,7 +210,7 @@ def test_a_hardware_profile_whose_defaults_leave_eval_behind_is_named():
 
 
 def test_every_mistake_of_a_command_line_is_reported_at_once_with_close_matches():
-    from pkb_ray.compose import compose_config, precheck
+    from pkb_ray.spec.compose import compose_config, precheck
 
     args = ["eval.timout_s=5", "eval.trials=0", "hardware=h2000"]
     with pytest.raises(ConfigError) as err:

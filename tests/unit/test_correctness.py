@@ -2,7 +2,7 @@ import math
 
 import torch
 
-from pkb_ray.correctness import (aliases, compare, entry_span, from_layout, layout, layout_aliases, poison_like, rebuild,
+from pkb_ray.measure.correctness import (aliases, compare, entry_span, from_layout, layout, layout_aliases, poison_like, rebuild,
                                   structure, to_cpu)
 
 

@@ -4,8 +4,8 @@ and a run capped by model.limit_per_problem marked partial in every view."""
 import pytest
 
 from conftest import REPO
-from pkb_ray.compose import compose_config, keys_help
-from pkb_ray.config import SweepConfig, key_docs
+from pkb_ray.spec.compose import compose_config, keys_help
+from pkb_ray.spec.config import SweepConfig, key_docs
 
 
 def _leaves(model, prefix=""):
@@ -32,8 +32,8 @@ def test_the_keys_help_lists_every_key_with_its_type_default_and_description():
 
 
 def test_limit_per_problem_keeps_the_lowest_sample_indices_of_each_problem(problems):
-    from pkb_ray.samples import read_samples
-    from pkb_ray.selection import first_samples, select_rows
+    from pkb_ray.generate.samples import read_samples
+    from pkb_ray.pipeline.selection import first_samples, select_rows
 
     rows = [{"model": "m", "problem_id": "a", "sample_index": i} for i in (3, 0, 2, 1)] + \
            [{"model": "m", "problem_id": "b", "sample_index": 5}, {"model": "m", "problem_id": "b"},
@@ -55,7 +55,7 @@ def test_limit_per_problem_keeps_the_lowest_sample_indices_of_each_problem(probl
 def test_a_capped_run_is_marked_partial_in_the_table_and_the_pages(tmp_path):
     from test_report import results
 
-    from pkb_ray.results import read_results, write_results
+    from pkb_ray.results.parquet import read_results, write_results
     from pkb_ray.summary import pages, render_text
     from pkb_ray.summary.run import PARTIAL_RUN, RunSummary
 
@@ -73,8 +73,8 @@ def test_a_capped_run_is_marked_partial_in_the_table_and_the_pages(tmp_path):
 @pytest.mark.parametrize("overrides, ids", [(["problems=smoke"], ["all_gather", "all_reduce"]),
                                             (["problems.ids=[broadcast]", "hardware=h200_2"], ["broadcast"])])
 def test_the_problem_listing_shows_what_a_run_would_see(overrides, ids):
-    from pkb_ray.listing import COLUMNS, problem_rows, table
-    from pkb_ray.selection import job_inputs
+    from pkb_ray.commands.listing import COLUMNS, problem_rows, table
+    from pkb_ray.pipeline.selection import job_inputs
 
     cfg = compose_config(overrides)
     rows = problem_rows(cfg, job_inputs(cfg, REPO).chosen)

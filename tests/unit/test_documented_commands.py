@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
-MODULES = {"pkb_ray.sweep": ["sweep"], "pkb_ray.baselines": ["baselines"], "pkb_ray.prompt": ["prompt"],
+MODULES = {"pkb_ray.sweep": ["sweep"], "pkb_ray.baselines": ["baselines"], "pkb_ray.generate.prompt": ["prompt"],
            "pkb_ray.cli": []}
 
 
@@ -92,7 +92,7 @@ def test_a_documented_command_works_as_written(where, args):
         assert code == 0, f"{where}\n{said[-2000:]}"
         return
     if command in ("sweep", "serve", "baselines"):
-        from pkb_ray.compose import config_problems
+        from pkb_ray.spec.compose import config_problems
 
         errors = config_problems(_overrides(rest))[1]
         assert errors == [], f"{where}: {errors}"
@@ -103,6 +103,6 @@ def test_a_documented_command_works_as_written(where, args):
     flags = [a.split("=", 1)[0] for a in rest if a.startswith("--")]
     assert all(flag in said for flag in flags), f"{where}: flags {flags} against\n{said}"
     if command == "submit":
-        from pkb_ray.compose import config_problems
+        from pkb_ray.spec.compose import config_problems
 
         assert config_problems(_overrides(rest))[1] == [], where

@@ -1,4 +1,4 @@
-"""The seam between the core and the benchmarks it imports (pkb_ray.formats): the native format adds
+"""The seam between the core and the benchmarks it imports (pkb_ray.spec.formats): the native format adds
 nothing, an imported one is reached only through the registry, and no core module tests for one."""
 
 import ast
@@ -7,12 +7,12 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
-from pkb_ray import formats
-from pkb_ray.config import ConfigError, SweepConfig, validate_config
-from pkb_ray.schema import Sample
-from pkb_ray.selection import with_problems_folder
-from pkb_ray.stages.compile import needs_build
-from pkb_ray.stages.validate import validate
+from pkb_ray.pipeline.compile import needs_build
+from pkb_ray.pipeline.selection import with_problems_folder
+from pkb_ray.pipeline.validate import validate
+from pkb_ray.spec import formats
+from pkb_ray.spec.config import ConfigError, SweepConfig, validate_config
+from pkb_ray.spec.schema import Sample
 from pkb_ray.summary.tables import verdicts
 
 BUILDS = "from torch.utils.cpp_extension import load_inline\nm = load_inline('x', '')\ndef solution(x):\n    return x\n"
@@ -60,7 +60,7 @@ def test_the_second_verdict_fills_its_column_and_its_table():
 def test_a_format_brings_its_config_section_its_column_and_its_example():
     """The core's config, result schema and usage list what the formats declare, under their names."""
     from pkb_ray.cli import usage
-    from pkb_ray.schema import RESULT_SCHEMA, Result
+    from pkb_ray.spec.schema import RESULT_SCHEMA, Result
 
     fmt = formats.get("pkb")
     assert isinstance(validate_config({"pkb": {"root": "/src/pkb"}}).pkb, fmt.settings)
@@ -91,7 +91,7 @@ def test_no_core_module_names_an_imported_benchmark():
     brings them (:func:`test_a_format_brings_its_config_section_its_column_and_its_example`)."""
     own = {"pkb_problems.", "pkb_results", "pkb_eval_seconds", "pkb_compile_seconds", "pkb_queue_depth",
            "pkb_gangs", "pkb_gang_busy_fraction"}  # pkb_ray's own names: loaded problems' package, its metrics
-    allowed = {"formats.py": {"pkb"}, "problem.py": own, "telemetry.py": own}
+    allowed = {"spec/formats.py": {"pkb"}, "problem.py": own, "pipeline/telemetry.py": own}
     found = []
     for path in sorted((REPO / "pkb_ray").rglob("*.py")):
         rel = path.relative_to(REPO / "pkb_ray")

@@ -4,10 +4,10 @@ errors, and "slowed" only beyond both the floor and the noise, naming what it wa
 import random
 from dataclasses import replace
 
-from pkb_ray.interference import FLOOR, RefTimes, slowed
-from pkb_ray.names import Side
-from pkb_ray.verdict import Region, interfered
-from pkb_ray.wire import RegionReport
+from pkb_ray.evaluate.interference import FLOOR, RefTimes, slowed
+from pkb_ray.evaluate.verdict import Region, interfered
+from pkb_ray.spec.names import Side
+from pkb_ray.spec.wire import RegionReport
 
 
 def _regions(us_a_call: list[float], side: Side = Side.REF) -> list[Region]:

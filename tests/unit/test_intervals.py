@@ -1,4 +1,4 @@
-"""Standard errors of pass@k, Wilson and bootstrap intervals (pkb_ray.metrics, pkb_ray.intervals):
+"""Standard errors of pass@k, Wilson and bootstrap intervals (pkb_ray.results.metrics, pkb_ray.results.intervals):
 hand values, and the properties an interval must have."""
 
 import math
@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pkb_ray import intervals
-from pkb_ray.metrics import pass_at_k_variance, pass_se, rate_interval, summarize
+from pkb_ray.results import intervals
+from pkb_ray.results.metrics import pass_at_k_variance, pass_se, rate_interval, summarize
 
 
 def _rows(problems: dict[str, list[tuple[str, float | None]]], model: str = "m") -> pd.DataFrame:
@@ -153,7 +153,7 @@ def test_counts_are_each_problems_successes_in_each_draw():
 
 
 def test_every_curve_point_has_a_band_holding_it_and_the_first_fast_one_is_fast_p_at_1s():
-    from pkb_ray.metrics import curves
+    from pkb_ray.results.metrics import curves
 
     rows = _random_rows(6, 8, seed=4)
     c, again = curves(rows, ["model"], ps=(1.0,)), curves(rows, ["model"], ps=(1.0,))
@@ -170,7 +170,7 @@ def test_every_curve_point_has_a_band_holding_it_and_the_first_fast_one_is_fast_
 
 
 def test_the_bands_shrink_with_more_samples():
-    from pkb_ray.metrics import curves, fast_p_curve
+    from pkb_ray.results.metrics import curves, fast_p_curve
 
     def widths(n: int) -> tuple[float, ...]:
         rows = _random_rows(3, n, seed=5, share=0.3)
@@ -185,7 +185,7 @@ def test_the_bands_shrink_with_more_samples():
 
 
 def test_fast_p_at_k_standard_error_is_pass_at_ks_with_fast_as_success():
-    from pkb_ray.metrics import curves, pass_at_k_variance
+    from pkb_ray.results.metrics import curves, pass_at_k_variance
 
     # p1: 4 samples, 2 correct and faster than 1x (3.0, 1.5), one correct and slower, one crash;
     # p2: 3 samples, 1 faster. fast_1.0@2 per problem: 1 - C(2,2)/C(4,2) = 5/6 and 1 - C(2,2)/C(3,2) = 2/3
@@ -203,7 +203,7 @@ def test_fast_p_at_k_standard_error_is_pass_at_ks_with_fast_as_success():
 
 
 def test_fast_p_against_p_is_summarizes_fast_p_at_1_with_its_interval():
-    from pkb_ray.metrics import CURVE_THRESHOLDS, FAST_P_THRESHOLDS, fast_col, fast_p_curve
+    from pkb_ray.results.metrics import CURVE_THRESHOLDS, FAST_P_THRESHOLDS, fast_col, fast_p_curve
 
     rows = pd.concat([_random_rows(5, 10, seed=6), _random_rows(4, 7, seed=7).assign(model="n")])
     t = fast_p_curve(rows, ["model"])
@@ -219,7 +219,7 @@ def test_fast_p_against_p_is_summarizes_fast_p_at_1_with_its_interval():
 
 
 def test_a_model_the_hardware_refused_entirely_has_no_figures_and_breaks_nothing():
-    from pkb_ray.metrics import curves, fast_p_curve
+    from pkb_ray.results.metrics import curves, fast_p_curve
 
     rows = pd.concat([_random_rows(2, 4, seed=8),
                       _rows({"p0": [("unsupported_hardware", None)] * 3}, model="refused")])
@@ -265,7 +265,7 @@ def test_a_measured_median_and_a_ratio_of_medians_have_intervals_from_the_measur
 def test_speedup_interval_from_the_rounds_spread():
     """One sample's speedup interval: it holds the point estimate, widens with noisier rounds, is
     seeded (the same rounds, the same interval), and is None with fewer than 2 rounds."""
-    from pkb_ray.timing import speedup_interval
+    from pkb_ray.measure.timing import speedup_interval
 
     rng = np.random.default_rng(1)
     ref = 100 + rng.normal(0, 1, 20)

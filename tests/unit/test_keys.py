@@ -1,6 +1,6 @@
-"""The keys a sample's inputs derive from (pkb_ray.keys): which rank gets which."""
+"""The keys a sample's inputs derive from (pkb_ray.measure.keys): which rank gets which."""
 
-from pkb_ray.keys import SHARED, TIMED, InputKeys, derived, for_rank
+from pkb_ray.measure.keys import SHARED, TIMED, InputKeys, derived, for_rank
 
 
 def test_a_candidates_command_carries_no_timed_calls_key():

@@ -2,42 +2,45 @@
 below. A new module must be placed here, so the direction stays a decision, not an accident."""
 
 import ast
+import re
 from pathlib import Path
 
 from conftest import REPO
 
 LAYERS = {  # 7 = the command, 6 = entry points ... 1 = pure data and rules
     7: ["cli"],
-    6: ["sweep", "baselines", "entry", "listing", "submit", "serve.main", "serve.app", "api"],
-    5: ["pipeline", "refine", "tracking", "serve.engine", "serve.answers", "serve.reward", "serve.adapters",
+    6: ["sweep", "baselines", "commands.entry", "commands.listing", "commands.submit", "serve.main", "serve.app", "api"],
+    5: ["pipeline.wiring", "pipeline.refine", "summary.tracking", "serve.engine", "serve.answers", "serve.reward", "serve.adapters",
         "serve.adapters.labels", "serve.adapters.verl", "serve.adapters.openrlhf", "summary", "summary.run", "summary.tables", "summary.sizes",
         "summary.figures", "summary.sections", "summary.render_html", "summary.render_markdown",
         "summary.render_text", "summary.render_json", "summary.render_wandb", "summary.render_wandb_report", "summary.pages", "summary.cli", "summary.publish",
         "summary.compare", "summary.render_compare", "summary.stored"],
-    4: ["stages.compile", "stages.gang_pool", "stages.generate", "stages.validate", "llm", "prompt", "telemetry"],
-    3: ["gang", "cluster", "spread", "harness", "references", "rounds", "rank_pool", "ranks", "problem_check", "zygote"],
+    4: ["pipeline.compile", "pipeline.gang_pool", "generate.stage", "pipeline.validate", "generate.llm", "generate.prompt", "pipeline.telemetry"],
+    3: ["pipeline.gang", "pipeline.cluster", "isolation.spread", "evaluate.harness", "problems.references", "evaluate.rounds", "isolation.rank_pool", "isolation.ranks", "problems.check", "isolation.zygote"],
     2: ["runner", "runner.extensions", "runner.launch", "runner.protocol", "runner.rank", "runner.resident",
         "runner.session", "runner.clean", "runner.candidate", "runner.watch", "runner.graphs", "runner.loading",
-        "runner.tensor_io", "runner.trace", "runner.zygote", "runner.namespaces", "runner.cuda_ipc", "cuda", "sandbox", "allowlist", "reaper", "freezer",
-        "memory", "round_checks"],
-    1: ["problem", "schema", "metrics", "intervals", "timing", "correctness", "config", "placement", "results", "samples",
-        "selection", "verdict", "wire", "paths", "names", "scheduler", "interference", "deadlines", "formats",
-        "backend_rules", "serve", "serve.client", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.format",
-        "pkb.settings", "pkb.verdict", "problem_helpers", "compose", "storage", "keys", "staging"],
+        "runner.tensor_io", "runner.trace", "runner.zygote", "runner.namespaces", "runner.cuda_ipc", "cuda", "isolation.sandbox", "isolation.allowlist", "isolation.reaper", "isolation.freezer",
+        "isolation.memory", "evaluate.round_checks"],
+    1: ["problem", "spec.schema", "results.metrics", "results.intervals", "measure.timing", "measure.correctness", "spec.config", "spec.placement", "results.parquet", "generate.samples",
+        "pipeline.selection", "evaluate.verdict", "spec.wire", "spec.paths", "spec.names", "pipeline.scheduler", "evaluate.interference", "evaluate.deadlines", "spec.formats",
+        "problems.backend_rules", "serve", "serve.client", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.format",
+        "pkb.settings", "pkb.verdict", "problem_helpers", "spec.compose", "results.storage", "measure.keys", "evaluate.staging"],
 }
 PURE = [  # no Ray, no processes
-    "problem", "problem_helpers", "schema", "metrics", "intervals", "timing", "correctness", "config", "placement", "results",
-    "samples", "selection", "verdict", "wire", "paths", "names", "scheduler", "interference", "deadlines", "formats",
-    "backend_rules", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.format", "pkb.settings",
-    "pkb.verdict", "compose", "storage", "keys", "staging"]
+    "problem", "problem_helpers", "spec.schema", "results.metrics", "results.intervals", "measure.timing", "measure.correctness", "spec.config", "spec.placement", "results.parquet",
+    "generate.samples", "pipeline.selection", "evaluate.verdict", "spec.wire", "spec.paths", "spec.names", "pipeline.scheduler", "evaluate.interference", "evaluate.deadlines", "spec.formats",
+    "problems.backend_rules", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.format", "pkb.settings",
+    "pkb.verdict", "spec.compose", "results.storage", "measure.keys", "evaluate.staging"]
 LAYER = {f"pkb_ray.{m}": n for n, mods in LAYERS.items() for m in mods}
+ROOMS = sorted(p.name for p in (REPO / "pkb_ray").iterdir() if (p / "__init__.py").is_file())
+LAYER.update({f"pkb_ray.{room}": 1 for room in ROOMS if f"pkb_ray.{room}" not in LAYER})  # docstrings only
 
 
 def _modules() -> dict[str, Path]:
     out = {}
     for f in sorted((REPO / "pkb_ray").rglob("*.py")):
         name = ".".join(f.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
-        if name != "pkb_ray" and name != "pkb_ray.stages":
+        if name != "pkb_ray":
             out[name] = f
     return out
 
@@ -67,6 +70,39 @@ def test_imports_point_down():
     assert upward == []
 
 
+def _room(module: str) -> str:
+    """The room (a folder of pkb_ray, or a module at its top) that ``pkb_ray.<room>...`` is in."""
+    return module.split(".")[1]
+
+
+def _allowed(room: str) -> set[str]:
+    """What a room's ``__init__`` docstring says it may import ("May import: a, b." or "nothing.")."""
+    doc = ast.get_docstring(ast.parse((REPO / "pkb_ray" / room / "__init__.py").read_text())) or ""
+    found = re.search(r"^May import: ([^.]*)\.$", doc, re.M)
+    assert found, f"pkb_ray/{room}/__init__.py's docstring does not say what the room may import"
+    return set() if found.group(1) == "nothing" else {r.strip() for r in found.group(1).split(",")}
+
+
+def test_pkb_ray_is_a_few_rooms_and_a_public_top():
+    """Folders by job; at the top only the public surface: the command, the Python API, the Hydra
+    jobs, the problem authors' API and the candidates' CUDA loader."""
+    top = sorted(p.stem for p in (REPO / "pkb_ray").glob("*.py") if p.stem != "__init__")
+    assert len(top) <= 10, top
+    assert {"cli", "api", "sweep", "problem", "cuda"} <= set(top)
+    assert {"spec", "measure", "runner", "isolation", "evaluate", "pipeline", "results", "summary"} <= set(ROOMS)
+
+
+def test_each_room_imports_only_what_its_docstring_allows():
+    modules = _modules()
+    rooms = {room: _allowed(room) for room in ROOMS}
+    for room, allowed in rooms.items():
+        assert allowed <= set(rooms) | {m.split(".")[1] for m in modules}, f"{room} names an unknown room"
+    crossing = [f"{name} imports {target}" for name, path in modules.items() if _room(name) in rooms
+                for target in _imports(path) & set(modules)
+                if _room(target) != _room(name) and _room(target) not in rooms[_room(name)]]
+    assert crossing == []
+
+
 def test_the_pure_modules_start_nothing():
     modules = _modules()
     for name in PURE:
@@ -88,7 +124,7 @@ def test_the_runner_is_split_by_trust_into_small_modules():
 
 def test_a_runs_figures_are_computed_in_one_place():
     """The scores are computed by pkb_ray.summary.run only; every view renders its RunSummary."""
-    scores = {f"pkb_ray.metrics.{n}" for n in ("summarize", "curves", "fast_p_curve", "final_and_rounds", "as_scored")}
+    scores = {f"pkb_ray.results.metrics.{n}" for n in ("summarize", "curves", "fast_p_curve", "final_and_rounds", "as_scored")}
     found = [f"{name} imports {sorted(scores & _imports(path))}" for name, path in _modules().items()
              if name != "pkb_ray.summary.run" and scores & _imports(path)]
     assert found == []
@@ -103,7 +139,7 @@ def test_the_sweep_entry_point_composes_few_modules():
 
 
 def test_only_the_pkb_package_knows_parallelkernelbench():
-    """The core reaches ParallelKernelBench through pkb_ray.formats only: its config section, result
+    """The core reaches ParallelKernelBench through pkb_ray.spec.formats only: its config section, result
     column and usage example come from pkb_ray.pkb.format too."""
     import re
 
@@ -136,12 +172,12 @@ def test_no_global_or_nonlocal_state():
 
 
 def test_rank_set_roles_are_named_by_the_role_enum_only():
-    # a role spelt as a string in several modules drifts; pkb_ray.names.Role is the one spelling
+    # a role spelt as a string in several modules drifts; pkb_ray.spec.names.Role is the one spelling
     # (runner/loading.py names the candidate's module "candidate": a module name, not a role)
     # (words inside an f-string are prose: "candidate not captured")
     spelt = []
     for path, tree in _trees():
-        if path.as_posix() in ("pkb_ray/names.py", "pkb_ray/runner/loading.py"):
+        if path.as_posix() in ("pkb_ray/spec/names.py", "pkb_ray/runner/loading.py"):
             continue
         prose = {id(n) for f in ast.walk(tree) if isinstance(f, ast.JoinedStr) for n in ast.walk(f)}
         spelt += [f"{path}:{node.lineno}" for node in ast.walk(tree) if isinstance(node, ast.Constant)

@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from pkb_ray.metrics import (
+from pkb_ray.results.metrics import (
     FAST_P_THRESHOLDS,
     fast_p_at_k,
     geomean,
@@ -20,8 +20,8 @@ from pkb_ray.metrics import (
     summarize,
     summary_columns,
 )
-from pkb_ray.names import Status
-from pkb_ray.schema import Result, results_to_table
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.schema import Result, results_to_table
 
 # ---------------------------------------------------------------- pass@k
 
@@ -79,7 +79,7 @@ def test_pass_at_k_table_is_pass_at_k_for_every_c():
 
 
 def test_curves_columns_and_their_uncertainty():
-    from pkb_ray.metrics import curves
+    from pkb_ray.results.metrics import curves
 
     rows = pd.DataFrame([_row("A", p, "c", s, sp) for p, s, sp in (
         ("p1", "correct", 2.0), ("p1", "correct", 0.5), ("p1", "crash", None),
@@ -310,7 +310,7 @@ def test_summarize_reads_results_written_with_the_schema():
 def test_each_size_of_a_sweep_is_its_own_answer_and_its_own_problem():
     """Before, a size sweep's summary kept one size per sample (the slot had no size) and the sizes
     it kept counted as samples of one problem."""
-    from pkb_ray.metrics import as_scored, final_and_rounds
+    from pkb_ray.results.metrics import as_scored, final_and_rounds
 
     rows = []
     for index, statuses in enumerate((("correct", "wrong_output"), ("correct", "correct"))):

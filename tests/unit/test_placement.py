@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from pkb_ray.placement import Layout, fits, plan_gangs
+from pkb_ray.spec.placement import Layout, fits, plan_gangs
 
 
 def sizes(plan):

@@ -4,10 +4,10 @@ anything that is not a report an ``unreadable_report`` (which the verdict calls 
 import json
 import os
 
-from pkb_ray.names import Status
+from pkb_ray.evaluate.verdict import StepView, step_failure
 from pkb_ray.runner.protocol import ReportReader, Step
-from pkb_ray.verdict import StepView, step_failure
-from pkb_ray.wire import parse_report, Report
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.wire import parse_report, Report
 
 
 def _pipe():

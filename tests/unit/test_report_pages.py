@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
-from pkb_ray.results import write_results
+from pkb_ray.results.parquet import write_results
 from pkb_ray.summary import RunSummary, figures, render_html
 from pkb_ray.summary.cli import read_runs
 from pkb_ray.summary.pages import write
@@ -165,7 +165,7 @@ def test_every_figure_of_the_report_has_its_interval_or_says_it_has_none(tmp_pat
 def _fast_se(rows: pd.DataFrame, model: str | None, k: int) -> float:
     """fast_1.0@k's standard error worked out from the rows: each problem's count of correct samples
     faster than 1x, pass@k's jackknife variance of it, sqrt(sum) / P."""
-    from pkb_ray.metrics import pass_at_k_variance
+    from pkb_ray.results.metrics import pass_at_k_variance
 
     rows = rows if model is None else rows[rows["model"] == model]
     variances = []
@@ -185,7 +185,7 @@ def test_a_problem_with_exactly_k_samples_leaves_fast_p_at_k_without_a_standard_
 
 
 def test_the_grids_share_leaves_out_samples_the_hardware_could_not_run(tmp_path):
-    from pkb_ray.names import Status
+    from pkb_ray.spec.names import Status
 
     rows = bench.synthetic_results(100)
     for i in range(5):  # five of model-a's problem_000 samples refused by the hardware

@@ -6,10 +6,10 @@ import duckdb
 import pandas as pd
 import pyarrow.dataset as ds
 
-from pkb_ray.names import Status
-from pkb_ray.placement import Layout
-from pkb_ray.results import RESULT_KEY, ResultSink, finished, key_at, newest, read_results, write_results
-from pkb_ray.schema import Result, Sample, TrialRecord, Where
+from pkb_ray.results.parquet import RESULT_KEY, ResultSink, finished, key_at, newest, read_results, write_results
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.placement import Layout
+from pkb_ray.spec.schema import Result, Sample, TrialRecord, Where
 
 
 def _result(problem="all_reduce", model="m", status=Status.CORRECT, index=0, **kw):
@@ -81,7 +81,7 @@ def test_an_empty_or_missing_folder_reads_as_no_rows(tmp_path):
 
 def test_result_records_read_back_as_written(tmp_path):
     """read_result_records gives back the Results that were written, a file's missing columns as defaults."""
-    from pkb_ray.results import read_result_records, write_results
+    from pkb_ray.results.parquet import read_result_records, write_results
 
     results = [Result.for_sample(Sample(problem_id="all_reduce", model="m", sample_index=i, source=f"s{i}"),
                                  Status.CORRECT, speedup=1.5, versions={"pkb_ray": "x"}, world_size=2)

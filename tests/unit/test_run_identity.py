@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pkb_ray.config import ModelConfig, SweepConfig
-from pkb_ray.stages.generate import GenerationStats, cost_usd
+from pkb_ray.generate.stage import GenerationStats, cost_usd
+from pkb_ray.spec.config import ModelConfig, SweepConfig
+from pkb_ray.summary.tracking import artifact_name, folder_digest
 from pkb_ray.sweep import content_label, run_name, sweep_group_name
-from pkb_ray.tracking import artifact_name, folder_digest
 
 
 def _row(prompt: int, completion: int, error: str = "") -> dict:

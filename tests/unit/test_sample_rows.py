@@ -4,8 +4,8 @@ variant's status: tests/test_make_samples.py)."""
 import importlib.util
 
 from conftest import REPO
-from pkb_ray.pipeline import prepare
-from pkb_ray.schema import Sample
+from pkb_ray.pipeline.wiring import prepare
+from pkb_ray.spec.schema import Sample
 
 spec = importlib.util.spec_from_file_location("make_samples", REPO / "scripts" / "make_samples.py")
 make_samples = importlib.util.module_from_spec(spec)

@@ -1,9 +1,9 @@
-"""The gang pool's scheduling rules, driven event by event without Ray (pkb_ray/scheduler.py)."""
+"""The gang pool's scheduling rules, driven event by event without Ray (pkb_ray/pipeline/scheduler.py)."""
 
 import pytest
 
-from pkb_ray.placement import Layout
-from pkb_ray.scheduler import Dispatch, GangPhase, Reserve, Restart, Scheduler, SchedulingError, Start, Stop
+from pkb_ray.pipeline.scheduler import Dispatch, GangPhase, Reserve, Restart, Scheduler, SchedulingError, Start, Stop
+from pkb_ray.spec.placement import Layout
 
 W2, W4, SPREAD = Layout(1, 2), Layout(1, 4), Layout(2, 2)
 

@@ -1,5 +1,5 @@
-from pkb_ray.names import Status
-from pkb_ray.schema import RESULT_SCHEMA, Result, Sample, TrialRecord, results_to_table, trim
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.schema import RESULT_SCHEMA, Result, Sample, TrialRecord, results_to_table, trim
 
 
 def _result(problem="all_reduce", model="m", status=Status.CORRECT, **kw):

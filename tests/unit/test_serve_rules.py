@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from pkb_ray.config import ConfigError, RewardConfig, SweepConfig
 from pkb_ray.serve.adapters import openrlhf
 from pkb_ray.serve.adapters.labels import item, target
 from pkb_ray.serve.main import is_loopback, read_token
 from pkb_ray.serve.reward import reward
+from pkb_ray.spec.config import ConfigError, RewardConfig, SweepConfig
 
 CODE = "import torch\n\ndef solution(x):\n    return x\n"
 

@@ -1,7 +1,7 @@
-"""Whether a candidate's staged input buffers fit the reference's (pkb_ray.staging): the trusted
+"""Whether a candidate's staged input buffers fit the reference's (pkb_ray.evaluate.staging): the trusted
 side writes each round's inputs only into tensors that do."""
 
-from pkb_ray.staging import Copies, misfit
+from pkb_ray.evaluate.staging import Copies, misfit
 
 F32 = 7  # a dtype code (the value does not matter here: both sides must agree on it)
 

@@ -5,8 +5,8 @@ import importlib.util
 import json
 
 from conftest import REPO
-from pkb_ray.names import Status
-from pkb_ray.results import write_results
+from pkb_ray.results.parquet import write_results
+from pkb_ray.spec.names import Status
 from pkb_ray.summary import RunSummary, render_json
 from pkb_ray.summary.cli import compare_main, main, read_runs
 

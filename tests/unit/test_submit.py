@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pytest
 from pathspec import PathSpec
 
-from pkb_ray.compose import compose_config
-from pkb_ray.config import ConfigError
-from pkb_ray.paths import CODE_ROOT
-from pkb_ray.submit import auth_headers, excludes, first_job, follow, job_spec, main, parser
+from pkb_ray.commands.submit import auth_headers, excludes, first_job, follow, job_spec, main, parser
+from pkb_ray.spec.compose import compose_config
+from pkb_ray.spec.config import ConfigError
+from pkb_ray.spec.paths import CODE_ROOT
 
 BUCKET = "results_dir=s3://bucket/runs/x"
 OPENAI = ["model=gpt_5"]  # a generating model; its key: OPENAI_API_KEY

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from pkb_ray.correctness import compare
+from pkb_ray.measure.correctness import compare
 from pkb_ray.runner import tensor_io
 from pkb_ray.runner.tensor_io import DigestMismatch, TensorFileError
 

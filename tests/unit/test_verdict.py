@@ -1,9 +1,9 @@
 """The verdict rules on hand-made step reports (the wire's records): no processes, no Ray."""
 
-from pkb_ray.names import Side, Status
-from pkb_ray.verdict import (RULES, Evidence, Region, StepView, judge, step_failure, tampering, timed_verdict,
+from pkb_ray.spec.names import Side, Status
+from pkb_ray.evaluate.verdict import (RULES, Evidence, Region, StepView, judge, step_failure, tampering, timed_verdict,
                              trial_verdict)
-from pkb_ray.wire import (ChecksReport, Failure, Finding, WatchReport, Pick, RegionReport, Report, TrialsReport,
+from pkb_ray.spec.wire import (ChecksReport, Failure, Finding, WatchReport, Pick, RegionReport, Report, TrialsReport,
                           parse_report)
 
 DEV = {0: "cuda:0", 1: "cuda:1"}
@@ -47,7 +47,7 @@ def test_a_report_no_runner_writes_is_tampering():
 
 def test_replaced_evaluator_functions_are_tampering():
     assert tampering({0: WatchReport(), 1: OK}) is None
-    found = tampering({0: WatchReport(), 1: WatchReport(tampered=["pkb_ray.timing.timed_region"])})
+    found = tampering({0: WatchReport(), 1: WatchReport(tampered=["pkb_ray.measure.timing.timed_region"])})
     assert found.status is Status.TAMPERING and found.rank == 1 and "timed_region" in found.message
 
 

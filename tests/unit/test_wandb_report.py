@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from pkb_ray.names import Status
-from pkb_ray.schema import Result, Sample, results_to_table
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.schema import Result, Sample, results_to_table
 from pkb_ray.summary import RunSummary, sections
 from pkb_ray.summary.render_wandb_report import build
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from pkb_ray.names import Side, Status
-from pkb_ray.verdict import StepView, step_failure
-from pkb_ray.wire import (Case, CheckTimed, Exit, Failure, Pick, Watch, RegionReport, Report, TimeRegion, Tol,
+from pkb_ray.evaluate.verdict import StepView, step_failure
+from pkb_ray.spec.names import Side, Status
+from pkb_ray.spec.wire import (Case, CheckTimed, Exit, Failure, Pick, Watch, RegionReport, Report, TimeRegion, Tol,
                           TrialsReport, decode_command, encode_command, parse_report)
 
 CASE = Case(problem_path="/p/all_reduce.py", dtype="float32", size={"n": 4096})

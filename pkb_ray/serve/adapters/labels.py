@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pkb_ray.llm import extract_code
+from pkb_ray.generate.llm import extract_code
 
 
 def target(label: Any, extra: dict[str, Any] | None = None) -> tuple[str, str]:

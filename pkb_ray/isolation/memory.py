@@ -1,0 +1,123 @@
+"""The trusted side reading a rank's memory itself: the bytes a verdict rests on never pass through
+code that runs in the candidate's process.
+
+A rank reports where its tensors lie (:func:`pkb_ray.measure.correctness.layout`); the parent stops the
+rank's set (:mod:`pkb_ray.isolation.freezer`), then reads those bytes through ``/proc/PID/mem`` of the rank's
+process, which the kernel allows an ancestor of the same user (and root) to do. The rank's pid on
+the host comes from its ``NSpid`` line, matched with the pid it reported in its ready report,
+before any candidate was imported (:func:`host_pids`). A read that fails (an address that is not
+mapped, a process that made itself unreadable) says so: the rank pointed at nothing it made.
+
+CPU tensors only: a GPU's memory is read by the clean rank on that device instead (CUDA IPC).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from pkb_ray.isolation.freezer import descendants
+from pkb_ray.measure.correctness import entry_span, in_allocations
+from pkb_ray.runner import tensor_io
+
+MAX_READ_BYTES = 16 << 30  # what one tensor of a rank may ask the parent to read
+
+
+class Unreadable(OSError):
+    """A rank's memory could not be read where it said its tensors lie."""
+
+
+def host_pids(root: int, inner: dict[int, int]) -> dict[int, int]:
+    """rank -> pid on the host, for ranks that reported ``inner`` (rank -> pid as they see it) and
+    run below ``root``. Without a PID namespace of their own both are the same."""
+    wanted = {pid: rank for rank, pid in inner.items()}
+    found = {}
+    for pid in [root, *descendants(root)]:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                line = next((ln for ln in f if ln.startswith("NSpid:")), "")
+        except OSError:
+            continue
+        ids = [int(v) for v in line.split()[1:]]
+        if ids and ids[-1] in wanted and wanted[ids[-1]] not in found:
+            found[wanted[ids[-1]]] = pid
+    return found
+
+
+@contextlib.contextmanager
+def _memory(pid: int, flags: int, doing: str):
+    """``/proc/PID/mem`` of ``pid`` open with ``flags``; any failure inside is :class:`Unreadable`."""
+    try:
+        fd = os.open(f"/proc/{pid}/mem", flags)
+    except OSError as exc:
+        raise Unreadable(f"cannot open the memory of process {pid}: {exc.strerror}") from None
+    try:
+        yield fd
+    except Unreadable:
+        raise
+    except OSError as exc:
+        raise Unreadable(f"{doing} process {pid} at a reported address: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def read_entries(pid: int, entries: list[list[int]]) -> list[bytes]:
+    """The bytes each layout entry of process ``pid`` covers."""
+    out = []
+    with _memory(pid, os.O_RDONLY, "reading") as fd:
+        for entry in entries:
+            start, size = entry_span(entry)
+            if not 0 <= size <= MAX_READ_BYTES:
+                raise Unreadable(f"a tensor of {size} bytes")
+            data = os.pread(fd, size, start) if size else b""
+            if len(data) != size:
+                raise Unreadable(f"{size} bytes at {start:#x}: only {len(data)} there")
+            out.append(data)
+    return out
+
+
+def write_entries(pid: int, entries: list[list[int]], blobs: list[bytes]) -> None:
+    """``blobs`` written into process ``pid``'s memory, each at its layout entry (of the same size):
+    the trusted side filling a rank's staged inputs while its set is stopped."""
+    with _memory(pid, os.O_WRONLY, "writing") as fd:
+        for entry, blob in zip(entries, blobs, strict=True):
+            start, size = entry_span(entry)
+            if size != len(blob):
+                raise Unreadable(f"{len(blob)} bytes for a tensor of {size} at {start:#x}")
+            if size and os.pwrite(fd, blob, start) != size:
+                raise Unreadable(f"{size} bytes at {start:#x}: not all written")
+
+
+def write_capture(path: Path, read: Callable[[list[list[int]]], list[bytes]], outputs: list[list[int]],
+                  inputs: list[list[int]], allocations: dict[str, list] | None = None) -> bool:
+    """One call's outputs and inputs as the capture the clean rank compares
+    (:func:`pkb_ray.runner.clean.read_capture`): where they were, and the bytes of every CPU tensor,
+    read now (``read(entries)``, e.g. a rank set's :meth:`~pkb_ray.isolation.ranks.Ranks.read_tensors`). A
+    tensor that lies in one of the rank's exported device ``allocations`` (base -> [size, IPC
+    handle]) is left for the clean rank on that device to read (``remote``), which it does before
+    the rank is resumed. Or why the bytes could not be read. True when something was left so."""
+    entries = [*outputs, *inputs]
+    remote = in_allocations(entries, allocations)
+    try:
+        blobs = read([e for i, e in enumerate(entries) if i not in remote]) if len(remote) < len(entries) else []
+    except Unreadable as exc:
+        tensor_io.write(path, {"error": str(exc)})
+        return False
+    it = iter(blobs)
+    raw = [torch.empty(0, dtype=torch.uint8) if i in remote else
+           (torch.frombuffer(bytearray(b), dtype=torch.uint8) if (b := next(it)) else torch.empty(0, dtype=torch.uint8))
+           for i in range(len(entries))]
+    used = {b: allocations[b] for b in (allocations or {}) if any(_inside(entry_span(entries[i]), [(int(b), int(allocations[b][0]))])
+                                                              for i in remote)}
+    tensor_io.write(path, {"layout": [outputs, inputs], "outputs": raw[:len(outputs)], "inputs": raw[len(outputs):],
+                           "remote": remote, "allocations": used, "error": ""})
+    return bool(remote)
+
+
+def _inside(span: tuple[int, int], table: list[tuple[int, int]]) -> bool:
+    start, size = span
+    return size > 0 and any(base <= start and start + size <= base + length for base, length in table)

@@ -1,0 +1,192 @@
+"""A gang: GPUs reserved as a placement group, and the actor that evaluates on them.
+
+:func:`reserve` asks Ray for a placement group of the gang's :class:`~pkb_ray.spec.placement.Layout`:
+on one node (1xW), STRICT_PACK of W one-GPU bundles (logical GPUs on a machine without any);
+over N nodes (NxG), STRICT_SPREAD of N bundles of G GPUs, one per node. Once it is ready,
+:func:`bundle_devices` asks each bundle which node and GPUs Ray gave it and orders the nodes
+(ranks go node by node; Ray's bundle indices say nothing about nodes), and :func:`start_gang`
+starts the :class:`Gang` actor on the first node, plus a :class:`~pkb_ray.isolation.spread.RankHost` on each
+other node. The actor holds no GPU itself and never imports candidate code: it hands each sample
+to a :class:`~pkb_ray.evaluate.harness.Harness`, which runs it in fresh rank processes on those GPUs.
+It runs two calls at once, so that :meth:`Gang.deadline` answers the pool's watch while a sample
+is being evaluated (the pool gives a gang one sample at a time).
+
+Ranks see every GPU of the node and select their own (with one visible GPU per rank, torch
+symmetric memory fails and CUDA IPC is unreliable), hence RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES
+for every process Ray starts here. The NVLink multicast switches of the driver's environment are
+passed on too, so a cluster whose nodes were started differently still keeps them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from pkb_ray.evaluate.harness import Harness
+from pkb_ray.isolation.ranks import MULTICAST_OFF
+from pkb_ray.isolation.spread import RankHost, SpreadLauncher
+from pkb_ray.pipeline.cluster import NOSET_CUDA
+from pkb_ray.pipeline.selection import private_paths
+from pkb_ray.problem import load_problems
+from pkb_ray.spec.config import SweepConfig
+from pkb_ray.spec.names import Status
+from pkb_ray.spec.placement import Layout
+from pkb_ray.spec.schema import Result, Sample, Where
+
+log = logging.getLogger(__name__)
+
+
+def actor_env() -> dict[str, str]:
+    """Environment variables every gang process gets, whatever the node was started with."""
+    env = {NOSET_CUDA: "1"}
+    env.update({k: os.environ[k] for k in MULTICAST_OFF if k in os.environ})
+    return env
+
+
+class Gang:
+    """The actor: evaluates one sample at a time on the W devices it was given."""
+
+    def __init__(self, cfg: dict[str, Any], name: str, gpu_ids: list[str], remote: list | None = None):
+        """``gpu_ids``: this node's GPUs (ranks 0..); ``remote``: (RankHost, GPU ids) of each other
+        node of a spread gang, in rank order."""
+        self.cfg = SweepConfig.model_validate(cfg)
+        self.name = name
+        hw = self.cfg.hardware
+
+        def devices(ids: list[str]) -> list[str]:
+            return [f"cuda:{int(g)}" for g in ids] if hw.device == "cuda" else ["cpu"] * len(ids)
+
+        self.hosts = [host for host, _ in remote or []]
+        parts = [(None, devices(gpu_ids))] + [(host, devices(ids)) for host, ids in remote or []]
+        launcher = SpreadLauncher(parts, store_host=ray.util.get_node_ip_address()) if self.hosts else None
+        self.harness = Harness([d for _, ds in parts for d in ds], self.cfg.eval, hw,
+                               load_problems(self.cfg.problems_dir), work_dir=self.cfg.cache_path / "work" / name,
+                               cache_dir=self.cfg.cache_path, launcher=launcher, private=private_paths(self.cfg),
+                               name=name)
+        self.harness.prewarm()  # the first sample's rank processes start while the pool fills up
+
+    def info(self) -> dict[str, Any]:
+        return {"name": self.name, "pid": os.getpid(), "devices": self.harness.devices,
+                "node": ray.get_runtime_context().get_node_id()}
+
+    def deadline(self) -> float | None:
+        """When (``time.time()``) the sample being evaluated must be done; None when idle. Answered
+        beside a running evaluation: the pool's watch asks it, and one that never answers is wedged."""
+        return self.harness.deadline_epoch
+
+    def evaluate(self, sample: Sample, where: Where | None = None) -> Result:
+        try:
+            return self.harness.evaluate(sample, where)
+        except Exception:  # noqa: BLE001 - an evaluator fault still yields this sample's row
+            fields = where.fields if where else {"world_size": len(self.harness.devices), "nodes": self.harness.nodes,
+                                                 "hardware": self.cfg.hardware.name,
+                                                 "device_backend": self.cfg.hardware.backend}
+            return Result.for_sample(sample, Status.RUNTIME_ERROR, "evaluator error (not the sample's fault):\n"
+                                     + traceback.format_exc(), gang=self.name, **fields)
+
+    def shutdown(self) -> None:
+        self.harness.close()
+        ray.get([h.shutdown.remote() for h in self.hosts])
+
+
+@dataclass
+class NodePart:
+    """The gang's GPUs on one node: the bundle that holds them (the first, for a 1xW gang)."""
+
+    bundle: int
+    node: str
+    ip: str
+    gpu_ids: list[str]
+
+
+@dataclass
+class GangHandle:
+    """What the pool knows of one gang: its reservation, then its actor."""
+
+    name: str
+    layout: Layout
+    pg: PlacementGroup
+    actor: Any = None
+    parts: list[NodePart] = field(default_factory=list)  # in rank order, once placed
+    hosts: list[Any] = field(default_factory=list)  # RankHost actors of parts[1:]
+
+    @property
+    def world_size(self) -> int:
+        return self.layout.world_size
+
+    @property
+    def node(self) -> str:
+        return self.parts[0].node if self.parts else ""
+
+    @property
+    def gpu_ids(self) -> list[str]:
+        return [g for p in self.parts for g in p.gpu_ids]
+
+
+def reserve(layout: Layout, name: str) -> GangHandle:
+    """Ask Ray for the gang's GPUs; ``handle.pg.ready()`` resolves once it has them."""
+    if layout.nodes == 1:
+        pg = placement_group([{"GPU": 1}] * layout.per_node, strategy="STRICT_PACK", name=f"{name}-pg")
+    else:
+        pg = placement_group([{"GPU": layout.per_node}] * layout.nodes, strategy="STRICT_SPREAD", name=f"{name}-pg")
+    return GangHandle(name=name, layout=layout, pg=pg)
+
+
+@ray.remote(num_cpus=0, num_gpus=1)
+def _bundle_gpus() -> tuple[str, str, list[str]]:
+    ctx = ray.get_runtime_context()
+    return ctx.get_node_id(), ray.util.get_node_ip_address(), [str(g) for g in ctx.get_accelerator_ids()["GPU"]]
+
+
+def bundle_devices(handle: GangHandle) -> None:
+    """Fill in the node, address and GPU ids of each bundle (Ray fixes them when the group is placed),
+    ordered node by node (by address, then node id) for a spread gang."""
+    lay = handle.layout
+    bundles, gpus = (range(lay.per_node), 1) if lay.nodes == 1 else (range(lay.nodes), lay.per_node)
+    probes = [_bundle_gpus.options(num_gpus=gpus, scheduling_strategy=PlacementGroupSchedulingStrategy(handle.pg, i),
+                                   runtime_env={"env_vars": actor_env()}).remote() for i in bundles]
+    found = ray.get(probes)
+    if lay.nodes == 1:
+        node, ip, _ = found[0]
+        handle.parts = [NodePart(0, node, ip, [ids[0] for _, _, ids in found])]
+    else:
+        parts = [NodePart(i, node, ip, ids) for i, (node, ip, ids) in enumerate(found)]
+        handle.parts = sorted(parts, key=lambda p: (p.ip, p.node))
+
+
+def start_gang(cfg: SweepConfig, handle: GangHandle, name: str | None = None) -> None:
+    """Start (or restart, under a new name) the gang's actor on its first node, and a RankHost on each other."""
+    handle.name = name or handle.name
+    env = {"env_vars": actor_env()}
+    handle.hosts = [ray.remote(RankHost).options(
+        name=f"{handle.name}-host{i}", num_cpus=0, num_gpus=0, max_concurrency=8, runtime_env=env,
+        scheduling_strategy=PlacementGroupSchedulingStrategy(handle.pg, part.bundle),
+    ).remote() for i, part in enumerate(handle.parts[1:], 1)]
+    handle.actor = ray.remote(Gang).options(
+        name=handle.name, num_cpus=0, num_gpus=0, max_concurrency=2, runtime_env=env,
+        scheduling_strategy=PlacementGroupSchedulingStrategy(handle.pg, handle.parts[0].bundle),
+    ).remote(cfg.model_dump(mode="json"), handle.name, handle.parts[0].gpu_ids,
+             [(host, part.gpu_ids) for host, part in zip(handle.hosts, handle.parts[1:])])
+
+
+def stop_gang(handle: GangHandle, release: bool = True) -> None:
+    """Stop the actor and its hosts (their rank processes die with them); give the GPUs back to Ray if ``release``."""
+    if handle.actor is not None:
+        try:
+            ray.get(handle.actor.shutdown.remote(), timeout=60)
+        except Exception:  # noqa: BLE001 - a dead or stuck actor: killed next anyway
+            pass
+        ray.kill(handle.actor)
+        handle.actor = None
+    for host in handle.hosts:
+        ray.kill(host)
+    handle.hosts = []
+    if release:
+        remove_placement_group(handle.pg)

@@ -1,0 +1,377 @@
+"""Wiring of the stages for one run: rows -> validate -> compile -> evaluate -> results.
+
+Follow one sample row:
+
+1. :func:`sample_stream` puts the rows into a Ray Data stream. :func:`expand_row` (a task) turns
+   each row into one :class:`Prepared` item per gang layout it is evaluated on: an
+   :class:`~pkb_ray.spec.schema.EvalTask` (validated, its Python compiled), a Result settled before any
+   rank runs (invalid, compile error), or nothing to do (its result is on disk: resume).
+2. :class:`BuildCuda` (CPU-only actors) builds the CUDA sources of each task, which may turn it
+   into a ``compile_error`` result.
+3. :class:`PipelineRun` takes the items as they come: settled results go to the sink; tasks go
+   to the gang pool (:class:`~pkb_ray.pipeline.gang_pool.GangPool`) through a bounded
+   :class:`~pkb_ray.pipeline.gang_pool.TaskFeed`, except copies of a source already taken
+   (:class:`Duplicates`), which get its verdict.
+4. Each verdict, and its copies, go to the :class:`~pkb_ray.results.parquet.ResultSink`, on disk within
+   about a second, so a run that dies keeps what it finished and a resumed run skips it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import itertools
+import logging
+import sys
+import threading
+import time
+import warnings
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import ray
+from tqdm import tqdm
+
+from pkb_ray.pipeline.selection import private_paths
+from pkb_ray.problem import Problem, load_problems
+from pkb_ray.problems.backend_rules import pk_world_size
+from pkb_ray.results.parquet import ResultSink, finished, key_at
+from pkb_ray.spec.config import SweepConfig
+from pkb_ray.spec.names import Backend
+from pkb_ray.spec.placement import Layout
+from pkb_ray.spec.schema import EvalTask, Result, Sample, Where
+from pkb_ray.pipeline.compile import (BuildSettings, apply_build, build_inline, build_settings, build_sources,
+                                    compile_sample, needs_build, uses_cuda)
+from pkb_ray.pipeline.gang_pool import GangPool, TaskFeed
+from pkb_ray.pipeline.telemetry import RunMetrics
+from pkb_ray.pipeline.validate import validate
+
+log = logging.getLogger(__name__)
+PROGRESS_EVERY_S = 10.0  # on_progress at most this often during a run (and once at its end)
+
+
+def layouts_for(row: dict[str, Any], problems: dict[str, Problem], layouts: list[Layout]) -> list[Layout]:
+    """The run's gang layouts whose world size this row's problem supports (the first one, if none:
+    validate says why)."""
+    problem = problems.get(row.get("problem_id"))
+    fitting = [lay for lay in layouts if problem is not None and problem.meta.world_sizes.supports(lay.world_size)]
+    if row.get("backend") == Backend.PARALLELKITTENS:  # compiled for one world size
+        fitting = [lay for lay in fitting if lay.world_size == pk_world_size(str(row.get("source", "")))]
+    return fitting or layouts[:1]
+
+
+def prepare(row: dict[str, Any], problems: dict[str, Problem], where: Where | int,
+            multicast: bool = False) -> Sample | Result:
+    """Validate then compile one row: a Sample ready for a gang, or its final Result."""
+    out = validate(row, problems, where, multicast=multicast)
+    if isinstance(out, Sample):
+        out = compile_sample(out, where, problems[out.problem_id].meta.category)
+    return out
+
+
+def build(sample: Sample, where: Where | int, problems: dict[str, Problem], settings: BuildSettings) -> Sample | Result:
+    """The CUDA builds of one sample in this process (nothing to do for pure Python)."""
+    problem = problems[sample.problem_id]
+    if uses_cuda(sample):
+        outcome = build_sources(sample.source, settings)
+    elif needs_build(sample):  # load_inline: the sample may import what its problem names READABLE
+        outcome = build_inline(sample.source, settings, tuple(getattr(problem.module, "READABLE", ())))
+    else:
+        return sample
+    return apply_build(sample, outcome, where, problem.meta.category)
+
+
+def prepare_here(row: dict[str, Any], problems: dict[str, Problem], world_size: int,
+                 settings: BuildSettings) -> Sample | Result:
+    """:func:`prepare`, then any CUDA builds in this process (for scripts that run without Ray)."""
+    out = prepare(row, problems, world_size)
+    return build(out, world_size, problems, settings) if isinstance(out, Sample) else out
+
+
+@functools.lru_cache(maxsize=4)
+def _problems(problems_dir: str | None) -> dict[str, Problem]:
+    return load_problems(problems_dir)
+
+
+def where_for(config: SweepConfig, problems: dict[str, Problem], problem_id: Any, layout: Layout) -> list[Where]:
+    """Where and how this run evaluates a problem's samples on ``layout``, one Where per size of the
+    run (``eval.sizes``), as every result row says it: the same for a verdict settled before any
+    rank ran."""
+    problem = problems.get(problem_id) if isinstance(problem_id, str) else None
+    specs = config.eval.size_specs()
+    try:
+        labels = [label for label, _ in problem.sizes_of(specs)] if problem is not None else specs
+    except KeyError:
+        labels = specs
+    dtype = config.eval.dtype or (problem.meta.dtypes[0] if problem is not None else "")
+    return [Where(layout, hardware=config.hardware.name, device_backend=config.hardware.backend,
+                  size=_size_label(label), dtype=dtype) for label in labels]
+
+
+def _size_label(spec: Any) -> str:
+    """A size as result rows name it, for sizes no problem resolved (an unknown problem)."""
+    return spec if isinstance(spec, str) else ",".join(f"{k}={v}" for k, v in sorted(dict(spec).items()))
+
+
+@dataclass(frozen=True)
+class Row:
+    """A sample row as it enters the stream (kept whole: rows differ in their metadata's fields)."""
+
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the stream says of one (row, layout): a task for a gang, a result settled before any rank
+    ran, or neither (its final result is on disk already: resume skips it)."""
+
+    task: EvalTask | None = None
+    result: Result | None = None
+
+
+def prepare_at(row: dict[str, Any], where: Where, problems: dict[str, Problem], config: SweepConfig,
+               done: frozenset) -> Prepared:
+    """One row evaluated ``where``, validated and its Python compiled."""
+    prepared = prepare(row, problems, where, multicast=config.hardware.nvlink_multicast)
+    if isinstance(prepared, Sample):
+        key = key_at(prepared.key, int(prepared.metadata.get("round", 0) or 0), where)
+    else:
+        key = key_at(prepared.sample_key, prepared.round, where)
+    if key in done:
+        return Prepared()
+    if isinstance(prepared, Sample):
+        return Prepared(task=EvalTask(prepared, where))
+    return Prepared(result=prepared)
+
+
+def expand_row(item: dict[str, Row], cfg: dict[str, Any], problems_dir: str | None,
+               done: frozenset) -> list[dict[str, Prepared]]:
+    """Ray Data stage (a task): one sample row -> a Prepared item per layout it is evaluated on."""
+    return [{"item": p} for p in prepared_items(item["row"].data, SweepConfig.model_validate(cfg),
+                                                _problems(problems_dir), done)]
+
+
+def prepared_items(row: dict[str, Any], config: SweepConfig, problems: dict[str, Problem],
+                   done: frozenset) -> Iterator[Prepared]:
+    """``row`` prepared at every (layout, size) of the run it is evaluated at."""
+    for lay in layouts_for(row, problems, config.hardware.layouts):
+        for where in where_for(config, problems, row.get("problem_id"), lay):
+            yield prepare_at(row, where, problems, config, done)
+
+
+class BuildCuda:
+    """Ray Data stage on CPU-only actors: builds the CUDA sources of each task (see stages.compile)."""
+
+    def __init__(self, settings: BuildSettings, problems_dir: str | None):
+        self.settings = settings
+        self.problems = _problems(problems_dir)
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list[Prepared]]:
+        return {"item": [self.build(item) for item in batch["item"]]}
+
+    def build(self, item: Prepared) -> Prepared:
+        if item.task is None or not needs_build(item.task.sample):
+            return item
+        built = build(item.task.sample, item.task.where, self.problems, self.settings)
+        if isinstance(built, Result):
+            return Prepared(result=built)
+        return Prepared(task=EvalTask(built, item.task.where))
+
+
+def compile_actor_names() -> dict[str, Any]:
+    """``map_batches`` arguments that name the compile actors compile-0, compile-1, ... (as the gangs
+    are named), so the dashboard's actor list says what each one is. Ray Data asks the function
+    for each actor it starts. Ray 2.60 deprecates ``ray_remote_args_fn`` and names no successor:
+    without it (a later Ray), the actors keep Ray Data's own name."""
+    if "ray_remote_args_fn" not in inspect.signature(ray.data.Dataset.map_batches).parameters:
+        return {}
+    counter = itertools.count()
+    return {"ray_remote_args_fn": lambda: {"name": f"compile-{next(counter)}"}}
+
+
+def sample_stream(rows: list[dict[str, Any]], cfg: SweepConfig, problems_dir: str | None,
+                  done: set) -> Iterator[Prepared]:
+    """The Ray Data pipeline up to evaluation: rows -> validate/compile -> CUDA builds, streamed."""
+    settings = build_settings(cfg.hardware.arch, cfg.cache_path, cfg.eval.compile_timeout_s, cfg.eval.isolation,
+                              private_paths(cfg), cfg.eval.inline_build_timeout_s)
+    workers = cfg.eval.compile_workers or min(16, max(1, int(ray.cluster_resources().get("CPU", 1))))
+    context = ray.data.DataContext.get_current()
+    context.enable_fallback_to_arrow_object_ext_type = True  # our records, pickled
+    # the run has one progress bar (PipelineRun's); Ray Data's, one per operator, on request
+    context.enable_progress_bars = context.enable_operator_progress_bars = cfg.ray.data_progress_bars
+    ds = ray.data.from_items([{"row": Row(r)} for r in rows])
+    ds = ds.flat_map(expand_row, fn_kwargs={"cfg": cfg.model_dump(mode="json"), "problems_dir": problems_dir,
+                                            "done": frozenset(done)})
+    with warnings.catch_warnings():  # the deprecation of ray_remote_args_fn (see compile_actor_names)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        ds = ds.map_batches(BuildCuda, batch_size=1, compute=ray.data.ActorPoolStrategy(min_size=1, max_size=workers),
+                            fn_constructor_kwargs={"settings": settings, "problems_dir": problems_dir},
+                            num_cpus=1, num_gpus=0, runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}},
+                            **compile_actor_names())
+    return (row["item"] for row in ds.iter_rows())
+
+
+def dedup_key(task: EvalTask) -> tuple:
+    """Tasks with the same key get the same verdict: evaluate one, copy it to the others."""
+    sample = task.sample
+    return sample.problem_id, sample.backend, task.where, hashlib.sha256(sample.source.encode()).hexdigest()
+
+
+class Duplicates:
+    """Identical samples (same problem, backend, source and placement) are evaluated once: the first
+    is evaluated, and the others get its verdict, whether they arrive before it is known or after.
+    Tasks arrive on the feed's thread and verdicts on the pool's, hence the lock."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[tuple, list[Sample]] = {}  # key -> samples after the first, until its verdict
+        self._verdicts: dict[tuple, Result] = {}
+        self._lock = threading.Lock()
+
+    def arrive(self, task: EvalTask) -> EvalTask | Result | None:
+        """The task if it is the first of its kind (evaluate it), a copy of a verdict already known,
+        or None (it will be copied when the verdict comes)."""
+        key = dedup_key(task)
+        with self._lock:
+            verdict = self._verdicts.get(key)
+            if verdict is not None:
+                return verdict.copied_for(task.sample)
+            if key in self._waiting:
+                self._waiting[key].append(task.sample)
+                return None
+            self._waiting[key] = []
+            return task
+
+    def verdict(self, task: EvalTask, result: Result) -> list[Result]:
+        """The copies of ``result`` for the samples identical to ``task`` that arrived before it."""
+        key = dedup_key(task)
+        with self._lock:
+            self._verdicts[key] = result
+            return [result.copied_for(sample) for sample in self._waiting.pop(key, [])]
+
+
+class PipelineRun:
+    """One run of the pipeline: the stream's items in, results out (sink, metrics, callbacks)."""
+
+    def __init__(self, rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str, Problem],
+                 results_dir: Path | str, flush_every: int, resume: bool, problems_dir: str | None):
+        self.rows, self.cfg, self.problems_dir, self.results_dir = rows, cfg, problems_dir, results_dir
+        self.done = finished(results_dir) if resume else set()
+        self.results: list[Result] = []
+        self.sink = ResultSink(results_dir, max_rows=flush_every)  # on disk within about a second
+        self.duplicates = Duplicates()
+        self.metrics = RunMetrics()
+        per_layout = Counter(lay for r in rows for lay in layouts_for(r, problems, cfg.hardware.layouts))
+        self.metrics.total = sum(per_layout.values())
+        # what the gangs will get, announced so they start while the stream validates and compiles;
+        # a resume expects no more than what is left (settled rows never reach a gang: an overestimate)
+        left = max(0, self.metrics.total - len(self.done))
+        self.expected = {lay: min(n, left) for lay, n in per_layout.items() if left}
+        self.bar = tqdm(total=self.metrics.total, unit="result", desc="pkb_ray", dynamic_ncols=True, mininterval=1.0,
+                        disable=not sys.stderr.isatty())  # in a log (no terminal) the progress line says it instead
+        self.on_result: Callable[[Result], None] | None = None
+        self._lock = threading.Lock()  # results come from the feed's thread (settled rows) and the pool's
+
+    def all_settled(self, problems: dict[str, Problem]) -> bool:
+        """Whether every (row, layout, size) has its final result on disk already (a finished run's
+        rerun), checked in the driver and given up at the first one that has not: it costs what
+        validating those rows costs, the stream's own first step."""
+        if not self.done:
+            return False
+        done, skipped = frozenset(self.done), 0
+        for row in self.rows:
+            for item in prepared_items(row, self.cfg, problems, done):
+                if item.task is not None or item.result is not None:
+                    return False
+                skipped += 1
+        self.metrics.skipped = skipped
+        self.bar.update(skipped)
+        return True
+
+    def tasks(self) -> Iterator[EvalTask]:
+        """The stream's tasks for the gangs; settled results, copies and skips are dealt with here."""
+        for item in sample_stream(self.rows, self.cfg, self.problems_dir, self.done):
+            if item.result is not None:
+                self.emit(item.result)
+            elif item.task is None:
+                self.metrics.skipped += 1
+                self.bar.update(1)
+            else:
+                if "compile_seconds" in item.task.sample.metadata:
+                    self.metrics.compiled(float(item.task.sample.metadata["compile_seconds"]))
+                first = self.duplicates.arrive(item.task)
+                if isinstance(first, Result):
+                    self.emit(first)
+                elif first is not None:
+                    yield first
+
+    def emit(self, result: Result) -> None:
+        self.metrics.result(result.status.value, result.world_size, 0.0 if result.duplicate_of else result.eval_seconds)
+        self.bar.update(1)
+        with self._lock:
+            self.results.append(result)
+            self.sink.add(result)
+            if self.on_result:
+                self.on_result(result)
+
+    def verdict(self, task: EvalTask, result: Result) -> None:
+        """A gang's result, and the copies for the identical samples that wait for it."""
+        self.emit(result)
+        for copy in self.duplicates.verdict(task, result):
+            self.emit(copy)
+
+    def close(self) -> None:
+        self.sink.close()
+        self.bar.close()
+        if self.metrics.skipped:
+            log.info("resume: %d (sample, layout, size) evaluations already have a final result in %s",
+                     self.metrics.skipped, self.results_dir)
+
+
+def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[str, Problem],
+                 results_dir: Path | str, flush_every: int = 64, on_result: Callable[[Result], None] | None = None,
+                 on_progress: Callable[[RunMetrics, float], None] | None = None,
+                 resume: bool = True, problems_dir: str | None = None, report: dict | None = None,
+                 start: Callable[[], None] | None = None) -> list[Result]:
+    """Evaluate ``rows`` into ``results_dir``; with ``resume``, rows with a final result there are skipped.
+
+    Ray Data streams the rows through validation and compilation while the gang pool evaluates
+    what is ready; the pool's bounded intake (TaskFeed) is the backpressure. ``on_progress`` is
+    called at most every PROGRESS_EVERY_S and at the end; ``report`` (benchmarks) gets the pool's
+    figures. ``start`` (joining or starting Ray) is called first unless every row has its final
+    result already: then nothing starts and nothing is evaluated.
+    """
+    run = PipelineRun(rows, cfg, problems, results_dir, flush_every, resume, problems_dir)
+    if run.all_settled(problems):
+        log.info("resume: nothing left to evaluate in %s: no gang started", results_dir)
+        run.close()
+        if on_progress:
+            on_progress(run.metrics, 0.0)
+        return []
+    if start:
+        start()
+    run.on_result = on_result
+    pool = GangPool(cfg, run.metrics)
+    t0 = last_progress = time.monotonic()
+    try:
+        for n, (task, result) in enumerate(pool.evaluate(TaskFeed(run.tasks()), run.expected), 1):
+            run.verdict(task, result)
+            log.info("[%d evaluated, %d results] %s #%d W=%d %s on %s (%.1fs)", n, len(run.results), result.problem_id,
+                     result.sample_index, result.world_size, result.status.value, result.gang, time.monotonic() - t0)
+            line = run.metrics.progress_line()
+            if line:
+                log.info("%s | gangs busy %.0f%% of their time", line, 100 * pool.busy_fraction)
+            if on_progress and time.monotonic() - last_progress >= PROGRESS_EVERY_S:
+                on_progress(run.metrics, pool.busy_fraction)  # e.g. a W&B history step
+                last_progress = time.monotonic()
+    finally:
+        pool.shutdown()
+        if report is not None:
+            report.update(evaluated=pool.stats["evaluated"], busy_fraction=pool.busy_fraction,
+                          busy_s=pool.busy_s, alive_s=pool.alive_s)
+        run.close()
+        if on_progress:
+            on_progress(run.metrics, pool.busy_fraction)
+    return run.results
