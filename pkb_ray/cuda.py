@@ -116,12 +116,10 @@ def build(spec: BuildSpec, cache_dir: Path, timeout_s: float = 300.0,
         src.write_text(spec.source)
         probe = sandbox.probe(isolation)
         policy = sandbox.Policy(writable=[work], hide=[*sandbox.default_hidden(), *hide])
-        cmd = sandbox.command(spec.command(src, work / "lib.so"), policy, probe, cwd_in_sandbox=str(work))
+        nvcc = sandbox.Spec(spec.command(src, work / "lib.so"), policy, probe,
+                            sandbox.child_env(os.environ, {}, probe.level), cwd_in_sandbox=str(work), host_cwd=work)
         try:
-            with sandbox.CgroupSlot(probe, policy.limits) as slot:
-                done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=work,
-                                      env=sandbox.child_env(os.environ, {}, probe.level),
-                                      preexec_fn=sandbox.preexec(policy, probe, slot))
+            done = sandbox.run(nvcc, timeout_s)
         except subprocess.TimeoutExpired:
             raise CudaBuildError(f"nvcc did not finish within {timeout_s:.0f} s") from None
         except OSError as exc:

@@ -41,7 +41,7 @@ def side_figures(regions: list) -> dict:
 
 def split(regions: list, med) -> dict:
     """``before_calls`` split by rank 0's own stamps (its clock is the parent's: CLOCK_MONOTONIC):
-    ``wake`` (resume to the command read), ``barrier``, ``calls`` (the rank's clock around them, with
+    ``wake`` (send and resume to the command read), ``prepare`` (to the calls' start), ``calls`` (the rank's clock around them, with
     the sync), ``placing`` (the layouts, the exports) and ``delivery`` (the report made to the parent
     seeing it)."""
     stamped = [g for g in regions if len(g.reports[0].stamps) == 4 and g.started]
@@ -51,7 +51,7 @@ def split(regions: list, med) -> dict:
     def part(f) -> float:
         return med(lambda g: f(g.reports[0].stamps, g.started) * 1e6)
 
-    return {"wake": part(lambda s, t0: s[0] - t0), "barrier": part(lambda s, t0: s[1] - s[0]),
+    return {"wake": part(lambda s, t0: s[0] - t0), "prepare": part(lambda s, t0: s[1] - s[0]),
             "calls": part(lambda s, t0: s[2] - s[1]), "placing": part(lambda s, t0: s[3] - s[2]),
             "delivery": med(lambda g: g.arrived_us[min(g.arrived_us)] - (g.reports[0].stamps[3] - g.started) * 1e6)}
 

@@ -38,8 +38,8 @@ def run(zygote: bool, args, problems, work: Path) -> dict:
         r = harness.evaluate(Sample(problem_id=args.problem, model="copy", sample_index=i, source=source))
         rows.append({"status": r.status, "ready": (r.phase_seconds or {}).get("ready"), "seconds": time.monotonic() - t})
     wall = time.monotonic() - started
-    used_zygote = harness._zygotes is not None and harness._zygotes.failed is None
-    why = harness._zygotes.failed if harness._zygotes is not None else "eval.zygote=false"
+    used_zygote = harness.rank_sets.zygotes is not None and harness.rank_sets.zygotes.failed is None
+    why = harness.rank_sets.zygotes.failed if harness.rank_sets.zygotes is not None else "eval.zygote=false"
     harness.close()
     later = rows[1:] or rows  # the first sample also starts the clean set (and the template)
     return {"zygote": zygote, "forked": used_zygote, "why_not": None if used_zygote else why,

@@ -59,7 +59,7 @@ def test_the_grafana_dashboard_shows_every_metric_the_run_exports(tmp_path):
 
     dash = json.loads(cluster.GRAFANA_DASHBOARD.read_text())
     exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
-    defined = re.findall(r'(?:Counter|Gauge|Histogram)\("(pkb_\w+)"', (REPO / "pkb_ray" / "telemetry.py").read_text())
+    defined = re.findall(r'(?:Counter|Gauge|Histogram)\("(pkb_\w+)"', (REPO / "pkb_ray" / "pipeline" / "telemetry.py").read_text())
     assert defined and all(f"ray_{m}" in exprs for m in defined)  # as Ray exports them: counters get _total
     assert "ray_pkb_results_total" in exprs and "ray_pkb_eval_seconds_bucket" in exprs
     # placed beside Ray's own dashboards of the session, when Ray wrote them

@@ -7,7 +7,8 @@ import subprocess
 import sys
 import time
 
-from pkb_ray.isolation.freezer import Freezer, descendants
+from pkb_ray.isolation.freezer import Freezer
+from pkb_ray.isolation.procfs import descendants
 
 # a spinning child, and a spinning grandchild whose parent exited (re-parented above the root
 # without a PID namespace: started here in a session of its own so it stays below the root)
@@ -71,7 +72,7 @@ while True:
 
 
 def _cpu_ns(pids):
-    from pkb_ray.isolation.freezer import cpu_ns, tasks
+    from pkb_ray.isolation.procfs import cpu_ns, tasks
     return sum(cpu_ns(pid, tid) or 0 for pid in pids for tid in tasks(pid))
 
 

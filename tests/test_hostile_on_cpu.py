@@ -330,15 +330,15 @@ def test_a_forked_sample_sees_only_its_own_set_and_leaves_nothing_to_the_next(ma
     for index in (0, 1):
         result = h.evaluate(_sample("probes_its_confinement.py", index))
         assert result.status == Status.CORRECT, result.message
-    assert h._zygotes.failed is None and h._zygotes._current is not None
+    assert h.rank_sets.zygotes.failed is None and h.rank_sets.zygotes._current is not None
 
 
 def test_kill_of_every_process_it_may_signal_crashes_only_the_sample(make_harness, problems):
     h = make_harness(2)
     assert h.evaluate(_copy(problems)).status == Status.CORRECT
-    zygote = h._zygotes._current[1]
+    zygote = h.rank_sets.zygotes._current[1]
     result = h.evaluate(_sample("kills_everything_it_can.py"))
     assert result.status == Status.CRASH, result.message
     assert h.evaluate(_copy(problems, 2)).status == Status.CORRECT
-    assert h._zygotes._current[1] is zygote and zygote.alive()  # the same template forked the next one
+    assert h.rank_sets.zygotes._current[1] is zygote and zygote.alive()  # the same template forked the next one
     assert rank_processes_left(h.work_dir) == []

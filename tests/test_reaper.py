@@ -9,12 +9,12 @@ import textwrap
 import time
 
 from conftest import REPO
-from pkb_ray.isolation import reaper
+from pkb_ray.isolation import procfs, reaper
 
 DRIVER = textwrap.dedent("""
     import subprocess, sys, time
     from pathlib import Path
-    from pkb_ray.isolation import reaper
+    from pkb_ray.isolation import procfs, reaper
     # a tree as a local Ray has one: children, grandchildren, and one in a session of its own
     kids = [subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
                               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"]),
@@ -45,8 +45,8 @@ def test_a_killed_driver_takes_its_whole_tree_along(tmp_path):
     assert len(tree) >= 4  # two children, a grandchild, the reaper
     os.kill(driver.pid, signal.SIGKILL)  # no clean-up of its own
     driver.wait()
-    assert _wait(lambda: not any(reaper._running(p, s) for p, s in tree.items())), \
-        [p for p, s in tree.items() if reaper._running(p, s)]
+    assert _wait(lambda: not any(reaper.running(p, s) for p, s in tree.items())), \
+        [p for p, s in tree.items() if reaper.running(p, s)]
     assert _wait(lambda: not record.exists())
 
 
@@ -55,7 +55,7 @@ def test_a_later_run_kills_what_a_dead_driver_listed_and_only_that(tmp_path):
     runs.mkdir()
     left = subprocess.Popen(["sleep", "600"])
     innocent = subprocess.Popen(["sleep", "600"])
-    table = reaper._proc_table()
+    table = {pid: (st.ppid, st.start_ticks) for pid, st in procfs.table().items()}
     dead = subprocess.Popen(["true"])
     dead.wait()  # a driver pid that is gone
     (runs / f"{dead.pid}.json").write_text(json.dumps({

@@ -103,9 +103,9 @@ def shipped(tmp_path_factory, shared_ray) -> ShippedRun:
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(reaper._running(p, st) for p, st in run.killed_tree.items()):
+    while time.monotonic() < deadline and any(reaper.running(p, st) for p, st in run.killed_tree.items()):
         time.sleep(0.5)
-    run.killed_survivors = [_cmdline(p) for p, st in run.killed_tree.items() if reaper._running(p, st)]
+    run.killed_survivors = [_cmdline(p) for p, st in run.killed_tree.items() if reaper.running(p, st)]
     run.after_kill = read_results(run.results)
     # 3. a resume that finishes; 4. the same again: nothing left
     run.finish = sweep(tmp, run.run_dir, *joined, env=joined_env)

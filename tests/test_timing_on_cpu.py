@@ -17,7 +17,7 @@ import time
 import pytest
 
 from conftest import pid_alive
-from pkb_ray.isolation.freezer import descendants
+from pkb_ray.isolation.procfs import descendants
 from pkb_ray.measure.timing import calls_per_round, median_iqr, round_order, sample_time, speedup
 from pkb_ray.spec.names import Status
 from pkb_ray.spec.schema import Sample

@@ -394,9 +394,9 @@ class RoundDriver:
             ends.append((self._stop(ranks), time.perf_counter()))
 
         t0 = time.perf_counter()
-        ranks.thaw()
         self._stopped[id(ranks)] = False
-        outcome = ranks.run(cmd, left, poll_s=REGION_POLL_S, answered=stop)
+        # resumed once its command is in the pipes: the ranks wake to it (RankSet.send)
+        outcome = ranks.run(cmd, left, poll_s=REGION_POLL_S, answered=stop, resume=ranks.thaw)
         stopped, t1 = ends[0] if ends else (self._stop(ranks), time.perf_counter())
         self._bracket_us, self._started = (t1 - t0) * 1e6, t0
         self._arrived_us = {r: (at - t0) * 1e6 for r, at in outcome.arrived.items()}

@@ -24,9 +24,9 @@ stage has not run yet does not apply):
 5. Timing: an output on another device, or one buffer returned by every call: wrong output. A
    picked timed output not handed over: tampering; one that differs from the clean reference:
    wrong output. (Times are the parent's: nothing a rank reports about its time is judged.)
-6. (In the harness, after the sample's set is gone: :mod:`pkb_ray.evaluate.interference`.) A correct
-   sample beside which the reference ran slower than beside an honest copy, in two evaluations:
-   tampering (:func:`interfered`).
+6. A correct sample beside which the reference ran slower than alone and than beside an honest
+   copy of itself, in two evaluations: tampering (the findings are gathered after the sample's set
+   is gone, by :mod:`pkb_ray.evaluate.screen`, measured by :mod:`pkb_ray.evaluate.interference`).
 """
 
 from __future__ import annotations
@@ -97,6 +97,7 @@ class Evidence:
     timed_checks: dict[int, ChecksReport] | None = None  # the clean set's comparisons of the picked calls
     escaped: str = ""  # how the candidate's processes ran while stopped (the freezer's CPU-time proof)
     misplaced: str = ""  # why its staged inputs could not be filled where it said they lie (pkb_ray.evaluate.staging)
+    interference: list[str] = field(default_factory=list)  # each evaluation's finding of a slowed reference
 
 
 def _trials_failed(e: Evidence) -> Verdict | None:
@@ -143,8 +144,19 @@ def _timing_wrong(e: Evidence) -> Verdict | None:
     return timed_verdict(e.regions, e.timed_checks, e.picks, e.device, e.reference or {})
 
 
+def _interfered(e: Evidence) -> Verdict | None:
+    """Rule 6: the reference ran slower beside the sample than alone and than beside an honest copy
+    of itself, in two evaluations (each finding's words): tampering. One evaluation is not enough:
+    the machine's own load of the moment can do it once."""
+    if len(e.interference) < 2:
+        return None
+    first, again = e.interference[:2]
+    return Verdict(Status.TAMPERING, "the reference ran slower beside this sample than beside an honest copy of "
+                                     f"itself, in two evaluations (interference): {first}; again: {again}")
+
+
 RULES: tuple[Callable[[Evidence], Verdict | None], ...] = (
-    _trials_failed, _trials_tampered, _trials_wrong, _timing_failed, _timing_wrong)
+    _trials_failed, _trials_tampered, _trials_wrong, _timing_failed, _timing_wrong, _interfered)
 
 
 def judge(evidence: Evidence) -> Verdict | None:
@@ -154,13 +166,6 @@ def judge(evidence: Evidence) -> Verdict | None:
         if found is not None:
             return found
     return None
-
-
-def interfered(first: str, again: str) -> Verdict:
-    """Rule 6: the reference slowed beside the sample in two evaluations (each finding's words)."""
-    return Verdict(Status.TAMPERING, "the reference ran slower beside this sample than beside an honest copy of "
-                                     "itself, in two evaluations "
-                                     f"(interference): {first}; again: {again}")
 
 
 def _step(step: StepView, prefix: str = "") -> Verdict | None:

@@ -31,83 +31,18 @@ import signal
 import time
 from pathlib import Path
 
+from pkb_ray.isolation import procfs
+from pkb_ray.isolation.procfs import cpu_ns, descendants, tasks
+
 STOPPED_STATES = {"T", "t", "Z", "X"}  # stopped, stopped by a tracer, dead (exited, not yet reaped)
 RAN_SLACK_NS = 200_000  # CPU time a task may still be booked after it shows as stopped
 STOP_POLL_S = 0.00005  # between looks at signalled processes
 
 
-def descendants(root: int) -> list[int]:
-    """Every process below ``root`` (not ``root`` itself): from the kernel's per-thread lists of
-    children where it keeps them (CONFIG_PROC_CHILDREN), else from one walk of /proc."""
-    if not os.path.exists(f"/proc/{root}/task/{root}/children"):
-        return _walk(root)
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        for task in tasks(pid):
-            kids = [int(k) for k in _read(f"/proc/{pid}/task/{task}/children").split()]
-            found += kids
-            todo += kids
-    return found
-
-
-def tasks(pid: int) -> list[str]:
-    """The thread ids of ``pid`` (empty when it is gone)."""
-    try:
-        return os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []
-
-
-def _walk(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        parent = _parent(int(entry.name))
-        if parent is not None:
-            children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], [root]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        found += kids
-        todo += kids
-    return found
-
-
-def _read(path: str | Path) -> str:
-    """A small /proc file's text ('' when it is gone): plain system calls, no file object (a
-    freeze reads a few per task, and every region ends with one)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return ""
-    try:
-        return os.read(fd, 4096).decode(errors="replace")
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
-
-
-def _parent(pid: int) -> int | None:
-    stat = _read(f"/proc/{pid}/stat")
-    if not stat:
-        return None
-    fields = stat[stat.rfind(")") + 2:].split()  # the command name may hold spaces and parentheses
-    return int(fields[1])
-
-
 def task_state(pid: int, tid: str) -> str:
     """A task's scheduler state letter ('' when it is gone)."""
-    stat = _read(f"/proc/{pid}/task/{tid}/stat")
-    return stat[stat.rfind(")") + 2:][:1] if stat else ""
-
-
-def cpu_ns(pid: int, tid: str) -> int | None:
-    """Nanoseconds the task has run on a CPU (None when it is gone)."""
-    text = _read(f"/proc/{pid}/task/{tid}/schedstat")
-    return int(text.split()[0]) if text else None
+    st = procfs.stat(pid, tid)
+    return st.state if st else ""
 
 
 class Freezer:
@@ -142,7 +77,7 @@ class Freezer:
         deadline = time.monotonic() + timeout_s
         if self.cgroup is not None:
             (self.cgroup / "cgroup.freeze").write_text("1")
-            while "frozen 1" not in _read(self.cgroup / "cgroup.events"):
+            while "frozen 1" not in procfs.read(self.cgroup / "cgroup.events"):
                 if time.monotonic() > deadline:
                     return False
                 time.sleep(0.0005)
@@ -219,7 +154,8 @@ class Freezer:
         if self.cgroup is not None:
             (self.cgroup / "cgroup.freeze").write_text("0")
             return
-        for pid in list(self._known):
+        # the last found first: the ranks, below the sandbox's init and launcher, wake soonest
+        for pid in reversed(list(self._known)):
             if not self._send(pid, signal.SIGCONT):
                 os.close(self._known.pop(pid))
         self._cpu = {}

@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from pkb_ray.isolation.freezer import descendants
+from pkb_ray.isolation import procfs
 from pkb_ray.measure.correctness import entry_span, in_allocations
 from pkb_ray.runner import tensor_io
 
@@ -36,15 +36,10 @@ def host_pids(root: int, inner: dict[int, int]) -> dict[int, int]:
     run below ``root``. Without a PID namespace of their own both are the same."""
     wanted = {pid: rank for rank, pid in inner.items()}
     found = {}
-    for pid in [root, *descendants(root)]:
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                line = next((ln for ln in f if ln.startswith("NSpid:")), "")
-        except OSError:
-            continue
-        ids = [int(v) for v in line.split()[1:]]
-        if ids and ids[-1] in wanted and wanted[ids[-1]] not in found:
-            found[wanted[ids[-1]]] = pid
+    for pid in [root, *procfs.descendants(root)]:
+        inside = procfs.inner_pid(pid)
+        if inside in wanted and wanted[inside] not in found:
+            found[wanted[inside]] = pid
     return found
 
 
@@ -52,7 +47,7 @@ def host_pids(root: int, inner: dict[int, int]) -> dict[int, int]:
 def _memory(pid: int, flags: int, doing: str):
     """``/proc/PID/mem`` of ``pid`` open with ``flags``; any failure inside is :class:`Unreadable`."""
     try:
-        fd = os.open(f"/proc/{pid}/mem", flags)
+        fd = os.open(procfs.memory_path(pid), flags)
     except OSError as exc:
         raise Unreadable(f"cannot open the memory of process {pid}: {exc.strerror}") from None
     try:

@@ -26,7 +26,7 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 import torch.distributed as dist
 
@@ -46,6 +46,7 @@ ERROR_GRACE_S = 2.0  # after one rank fails, how long the others get to report b
 POLL_S = 0.02
 EXIT_POLL_S = 0.005  # how often a wait reads the ranks' exit files
 LOG_TAIL_CHARS = 1500
+EARLY_SEND_BYTES = 32 << 10  # a command line this long fits in an empty pipe (64 KiB on Linux) with room to spare
 CPU_RANK_MEMORY = 16 << 30  # address space of one CPU rank process in a sandbox (RLIMIT_AS)
 SANDBOX_STORE = "127.0.0.1:29400"  # rank 0's rendezvous in a sandbox's own network: no other process can bind there
 # a sandbox's own network has only loopback: gloo and NCCL's bootstrap must use it (one node: NVLink, P2P, SHM)
@@ -176,8 +177,10 @@ class Ranks(Protocol):
 
     def wait_ready(self, timeout_s: float) -> StepOutcome: ...  # until every rank joined its process group
 
-    def run(self, cmd: Command, timeout_s: float, poll_s: float = POLL_S, answered=None) -> StepOutcome: ...
-    # one step on every rank; ``answered()`` is called as soon as the wait ends (see wait_for)
+    def run(self, cmd: Command, timeout_s: float, poll_s: float = POLL_S, answered=None,
+            resume: Callable[[], None] | None = None) -> StepOutcome: ...
+    # one step on every rank; ``resume()`` resumes the set around the send (see RankSet.send), and
+    # ``answered()`` is called as soon as the wait ends (see wait_for)
 
     def log_tail(self, rank: int, chars: int = LOG_TAIL_CHARS) -> str: ...  # the end of a rank's output
 
@@ -289,12 +292,11 @@ class RankSet:
                     zygotes.lost(zygote, str(exc))
                     zygote = None
             if zygote is None:
-                argv = sandbox.command([sys.executable, "-m", "pkb_ray.runner.launch", json.dumps(spec)], policy, probe)
+                launch = sandbox.Spec([sys.executable, "-m", "pkb_ray.runner.launch", json.dumps(spec)], policy, probe,
+                                      child, pass_fds=tuple(fds),
+                                      host_cwd=self.job_dir if probe.level is sandbox.Isolation.NONE else None)
                 with open(self.job_dir / "launch.log", "wb") as log:  # the limits include SIGKILL on our death
-                    self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                                 env=child, start_new_session=True, pass_fds=fds,
-                                                 cwd=self.job_dir if probe.level is sandbox.Isolation.NONE else None,
-                                                 preexec_fn=sandbox.preexec(policy, probe, self._slot))
+                    self.proc = sandbox.start(launch, log, self._slot)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -322,33 +324,44 @@ class RankSet:
             raise Unreadable(f"rank {rank}'s process was not found when it started")
         return self.host_pids[rank]
 
-    def send(self, cmd: Command) -> None:
+    def send(self, cmd: Command, resume: Callable[[], None] | None = None) -> None:
         """``cmd`` down every rank's pipe; where it carries input keys, each rank's line holds its
-        own key and the shared one only (:mod:`pkb_ray.measure.keys`), and of a ``peer`` its own rank's."""
+        own key and the shared one only (:mod:`pkb_ray.measure.keys`), and of a ``peer`` its own rank's.
+        ``resume()``, where given, resumes the set: after the lines are in the pipes where each fits
+        in a pipe's buffer (the ranks wake with their command waiting: no wake-up on data after the
+        one on SIGCONT), else before writing (a stopped reader would never drain a longer one)."""
         raw = as_dict(cmd)
         peer = raw.get("peer") or {}
-        line = (json.dumps(raw) + "\n").encode()
-        for rank, pipe in zip(self.ranks, self._pipes):
+        lines = {}
+        for rank in self.ranks:
+            mine = raw
             if cmd.keys or peer:
                 mine = {**raw, "keys": for_rank(cmd.keys, rank)}
                 if peer:  # what of the candidate's set only this rank's counterpart staged (wire.Stage)
                     mine["peer"] = {str(rank): peer[str(rank)]} if str(rank) in peer else {}
-                line = (json.dumps(mine) + "\n").encode()
+            lines[rank] = (json.dumps(mine) + "\n").encode()
+        if resume is not None and max(map(len, lines.values())) > EARLY_SEND_BYTES:
+            resume()
+            resume = None
+        for rank, pipe in zip(self.ranks, self._pipes):
             try:
-                pipe.write(line)
+                pipe.write(lines[rank])
                 pipe.flush()
             except (BrokenPipeError, OSError, ValueError):
                 pass  # a dead rank: the wait that follows reports it
+        if resume is not None:
+            resume()
 
     def tag(self, cmd: Command) -> Command:
         """``cmd`` with a tag of its own: its reports never meet an earlier step's, and none can be
         sent before the command (the tag is unpredictable)."""
         return replace(cmd, tag=f"{cmd.step}.{next(self._tags)}.{secrets.token_hex(6)}")
 
-    def run(self, cmd: Command, timeout_s: float, poll_s: float = POLL_S, answered=None) -> StepOutcome:
+    def run(self, cmd: Command, timeout_s: float, poll_s: float = POLL_S, answered=None,
+            resume: Callable[[], None] | None = None) -> StepOutcome:
         started = time.monotonic()
         cmd = self.tag(cmd)
-        self.send(cmd)
+        self.send(cmd, resume)
         return self.wait(cmd.tag, started + timeout_s, since=started, poll_s=poll_s, kind=cmd.answer,
                          answered=answered)
 

@@ -24,54 +24,28 @@ import sys
 import time
 from pathlib import Path
 
+from pkb_ray.isolation import procfs
+
 POLL_S = 0.5
 SNAPSHOT_S = 1.0
 
 
-def _proc_table() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, start time in clock ticks since boot) of every process visible."""
-    table = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid ...
-        table[int(entry.name)] = (int(fields[1]), int(fields[19]))
-    return table
-
-
-def descendants(roots: set[int], table: dict[int, tuple[int, int]] | None = None) -> dict[int, int]:
+def descendants(roots: set[int], table: dict[int, procfs.Stat] | None = None) -> dict[int, int]:
     """pid -> start time of every process under ``roots`` (roots excluded)."""
-    table = _proc_table() if table is None else table
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found, todo = {}, list(roots)
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found[child] = table[child][1]
-                todo.append(child)
-    return found
+    table = procfs.table() if table is None else table
+    return {pid: table[pid].start_ticks for pid in procfs.below(roots, table)}
 
 
-def _running(pid: int, started: int | None = None) -> bool:
+def running(pid: int, started: int | None = None) -> bool:
     """Alive and not a zombie (and, given ``started``, the same process, not a reused pid)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    fields = stat[stat.rindex(")") + 2:].split()
-    return fields[0] != "Z" and (started is None or int(fields[19]) == started)
+    st = procfs.stat(pid)
+    return st is not None and st.state != "Z" and (started is None or st.start_ticks == started)
 
 
 def kill_listed(listed: dict[int, int]) -> int:
     """SIGKILL each (pid, start time) still alive, and whatever is now under them; how many."""
-    table = _proc_table()
-    targets = {pid: st for pid, st in listed.items() if table.get(pid, (0, -1))[1] == st}
+    table = procfs.table()
+    targets = {pid: st for pid, st in listed.items() if pid in table and table[pid].start_ticks == st}
     targets.update(descendants(set(targets), table))
     for pid in targets:
         try:
@@ -85,8 +59,9 @@ def _watch(driver: int, record: Path) -> None:
     tree: dict[int, int] = {}
     last = 0.0
     me = os.getpid()
-    started = _proc_table().get(driver, (0, 0))[1]
-    while os.getppid() == driver and _running(driver):
+    st = procfs.stat(driver)
+    started = st.start_ticks if st else 0
+    while os.getppid() == driver and running(driver):
         if time.monotonic() - last >= SNAPSHOT_S:
             tree = {p: s for p, s in descendants({driver}).items() if p != me}
             tmp = record.with_suffix(".tmp")
@@ -104,7 +79,7 @@ _started: dict[int, subprocess.Popen] = {}  # driver pid -> its reaper (one per 
 
 def start(runs_dir: Path) -> subprocess.Popen | None:
     """Start the reaper of this process (call after ``ray.init`` started a local Ray)."""
-    if not Path("/proc/self/stat").exists():
+    if procfs.stat(os.getpid()) is None:  # no /proc here
         return None
     running = _started.get(os.getpid())
     if running is not None and running.poll() is None:
@@ -126,7 +101,7 @@ def clean_up(runs_dir: Path) -> int:
             driver = int(data["driver"])
         except (OSError, ValueError, KeyError):
             continue
-        if _running(driver, data.get("started")):
+        if running(driver, data.get("started")):
             continue  # a run still going
         killed += kill_listed({int(p): int(s) for p, s in data.get("processes", {}).items()})
         record.unlink(missing_ok=True)

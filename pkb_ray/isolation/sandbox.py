@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from pkb_ray.isolation import allowlist
+from pkb_ray.isolation import allowlist, procfs
 
 ENV_ALLOW_PREFIXES = ("CUDA_", "NCCL_", "NVIDIA_", "NVSHMEM_", "TORCH_", "GLOO_", "OMP_", "MKL_",
                       "OPENBLAS_", "TRITON_", "LC_", "PKB_", "PYTORCH_", "CUBLAS_", "CUDNN_")
@@ -160,7 +160,7 @@ def _cgroup_parent() -> tuple[Path | None, str]:
     if os.environ.get("PKB_CGROUP_PARENT"):
         parent = Path(os.environ["PKB_CGROUP_PARENT"])
     else:
-        own = [line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines() if line.startswith("0::")]
+        own = [line[3:] for line in procfs.read("/proc/self/cgroup", 1 << 16).splitlines() if line.startswith("0::")]
         if not own:
             return None, "not in a cgroup v2"
         parent = CGROUP_ROOT / own[0].strip().lstrip("/")
@@ -210,19 +210,13 @@ def diagnose(stderr: str, readings: Mapping[str, str], in_container: bool) -> st
 
 
 def _readings() -> dict[str, str]:
-    out = {}
-    for path, *_ in USERNS_SWITCHES:
-        with contextlib.suppress(OSError):
-            out[path] = Path(path).read_text()
-    return out
+    return {path: text for path, *_ in USERNS_SWITCHES if (text := procfs.read(path))}
 
 
 def _in_container() -> bool:
     if os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"):
         return True
-    with contextlib.suppress(OSError):
-        return any(w in Path("/proc/1/cgroup").read_text() for w in ("docker", "containerd", "kubepods"))
-    return False
+    return any(w in procfs.read("/proc/1/cgroup", 1 << 16) for w in ("docker", "containerd", "kubepods"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -417,6 +411,42 @@ def preexec(policy: Policy, probe: Probe, slot: CgroupSlot | None = None) -> Cal
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # bwrap dies with us; the sandbox dies with bwrap
 
     return apply
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One process to start in a sandbox: the one way pkb_ray starts one (rank sets, their zygote
+    templates, the compile stage's builds). ``env``: the whole environment (:func:`child_env`);
+    ``host_cwd``: where it starts when there is no sandbox (Isolation.NONE) and, for builds, a
+    folder it works in; ``template``: see :func:`command`."""
+
+    argv: list[str]
+    policy: Policy
+    probe: Probe
+    env: dict[str, str]
+    cwd_in_sandbox: str = "/tmp/work"
+    host_cwd: Path | None = None
+    pass_fds: tuple[int, ...] = ()
+    template: bool = False
+
+    def popen_args(self, slot: CgroupSlot | None) -> dict:
+        """What :class:`subprocess.Popen` (or :func:`subprocess.run`) takes to start it, in ``slot``."""
+        return dict(args=command(self.argv, self.policy, self.probe, cwd_in_sandbox=self.cwd_in_sandbox,
+                                 template=self.template),
+                    stdin=subprocess.DEVNULL, env=self.env, start_new_session=True, pass_fds=self.pass_fds,
+                    cwd=self.host_cwd, preexec_fn=preexec(self.policy, self.probe, slot))
+
+
+def start(spec: Spec, output, slot: CgroupSlot | None = None) -> subprocess.Popen:
+    """Start ``spec``'s process, its stdout and stderr both to ``output`` (a file, or a pipe's fd)."""
+    return subprocess.Popen(**spec.popen_args(slot), stdout=output, stderr=subprocess.STDOUT)
+
+
+def run(spec: Spec, timeout_s: float) -> subprocess.CompletedProcess:
+    """Run ``spec``'s process to its end in a cgroup slot of its own (where the machine gives one),
+    its output captured as text; :class:`subprocess.TimeoutExpired` after ``timeout_s``."""
+    with CgroupSlot(spec.probe, spec.policy.limits) as slot:
+        return subprocess.run(**spec.popen_args(slot), capture_output=True, text=True, timeout=timeout_s)
 
 
 def looks_secret(name: str) -> bool:

@@ -211,7 +211,12 @@ class SpreadRankSet:
     def wait_ready(self, timeout_s: float) -> StepOutcome:
         return self.wait(Step.READY, time.monotonic() + timeout_s, since=self.started_at, kind=Ready)
 
-    def run(self, cmd: Command, timeout_s: float, poll_s: float = POLL_S, answered=None) -> StepOutcome:
+    def run(self, cmd: Command, timeout_s: float, poll_s: float = POLL_S, answered=None,
+            resume=None) -> StepOutcome:
+        """As :meth:`RankSet.run`; the set is resumed before the send (the other nodes' pipes are
+        written by their hosts, whose commands may be long)."""
+        if resume is not None:
+            resume()
         started = time.monotonic()
         cmd = self.local.tag(cmd)
         sends = [r.host.send.remote(r.set_id, self._prepare(r, cmd)) for r in self.remotes]

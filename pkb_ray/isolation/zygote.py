@@ -28,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from pkb_ray.isolation import allowlist, sandbox
-from pkb_ray.isolation.freezer import descendants
+from pkb_ray.isolation.procfs import descendants
 from pkb_ray.runner.zygote import OK_FILE
 
 log = logging.getLogger(__name__)
@@ -100,10 +100,9 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [sys.executable, "-m", "pkb_ray.runner.zygote", str(theirs.fileno()), "--root", str(self.root)]
         self.log_path = Path(tempfile.mkdtemp(prefix="zygote-", dir=self.root)) / "zygote.log"
+        spec = sandbox.Spec(argv, policy, probe, env, pass_fds=(theirs.fileno(),), template=True)
         with open(self.log_path, "wb") as out:
-            self.proc = subprocess.Popen(sandbox.command(argv, policy, probe, template=True), stdin=subprocess.DEVNULL,
-                                         stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                         pass_fds=[theirs.fileno()], preexec_fn=sandbox.preexec(policy, probe))
+            self.proc = sandbox.start(spec, out)
         theirs.close()
         self._sock = ours
 

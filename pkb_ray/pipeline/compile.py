@@ -108,11 +108,9 @@ def build_inline(module_source: str, settings: BuildSettings, paths: Sequence[st
                 os.pathsep.join([*paths, str(CODE_ROOT)]), extensions.arch_list(settings.arch)]
         env = sandbox.child_env(os.environ, {"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": allowlist.ranks_pythonpath()},
                                 probe.level)
-        cmd = sandbox.command(argv, policy, probe, cwd_in_sandbox=str(work))
         try:
-            with sandbox.CgroupSlot(probe, policy.limits) as slot:
-                done = subprocess.run(cmd, capture_output=True, text=True, timeout=settings.inline_timeout_s,
-                                      cwd=work, env=env, preexec_fn=sandbox.preexec(policy, probe, slot))
+            done = sandbox.run(sandbox.Spec(argv, policy, probe, env, cwd_in_sandbox=str(work), host_cwd=work),
+                               settings.inline_timeout_s)
         except subprocess.TimeoutExpired:
             return {"error": f"its torch extensions did not build within {settings.inline_timeout_s:.0f} s",
                     "seconds": time.monotonic() - t0}

@@ -41,7 +41,7 @@ from pkb_ray.runner import namespaces as ns
 from pkb_ray.runner.launch import name_process, preload, run_ranks
 from pkb_ray.spec.names import Role
 
-ZYGOTE_NAME = "pkb_ray.isolation.zygote"  # process names (comm): the template, a sample's first process, its init
+ZYGOTE_NAME = "pkb_ray.zygote"  # process names (comm): the template, a sample's first process, its init
 SAMPLE_NAME = "pkb_ray.sample"
 INIT_NAME = "pkb_ray.launch"
 PROC_COVERED = ("sys", "sysrq-trigger", "irq", "bus")  # read-only in a sample's /proc, as bubblewrap has them

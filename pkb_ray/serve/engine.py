@@ -44,7 +44,6 @@ from pkb_ray.problem import Problem, load_problems
 from pkb_ray.results.parquet import ResultSink, read_result_records
 from pkb_ray.serve.answers import config_digest, evaluator_version
 from pkb_ray.spec.config import SweepConfig
-from pkb_ray.spec.names import Status
 from pkb_ray.spec.schema import EvalTask, Result
 
 log = logging.getLogger(__name__)

@@ -105,7 +105,7 @@ class RegionReport(Report):
     calls: list[list[Layout]]  # per call, [its outputs' layout, its inputs' layout] held until the next step; [outputs] on staged inputs
     devices: list[str]  # of the first call's outputs
     handles: Allocations = field(default_factory=dict)  # the device allocations exported since the last report
-    # the rank's monotonic clock (s) at: the command read, the barrier passed, the calls done, the
+    # the rank's monotonic clock (s) at: the command read, the calls' start, the calls done, the
     # report made. A diagnostic of where a bracket goes (scripts/bench_bracket.py), never a time judged
     stamps: list[float] = field(default_factory=list)
 

@@ -5,7 +5,7 @@ import random
 from dataclasses import replace
 
 from pkb_ray.evaluate.interference import FLOOR, RefTimes, slowed
-from pkb_ray.evaluate.verdict import Region, interfered
+from pkb_ray.evaluate.verdict import Evidence, Region, judge
 from pkb_ray.spec.names import Side
 from pkb_ray.spec.wire import RegionReport
 
@@ -42,6 +42,9 @@ def test_a_noisy_baseline_widens_what_is_allowed():
 
 
 def test_the_verdict_says_what_the_reference_was_compared_with():
-    verdict = interfered("eager: rank 0: slower", "eager: rank 0: slower again")
+    """Rule 6 of the verdict table: two evaluations' findings make tampering, one does not."""
+    assert judge(Evidence(device={0: "cpu"}, interference=["eager: rank 0: slower"])) is None
+    verdict = judge(Evidence(device={0: "cpu"}, interference=["eager: rank 0: slower", "eager: rank 0: slower again"]))
     assert verdict.status.value == "tampering"
     assert "beside an honest copy of itself, in two evaluations" in verdict.message
+    assert "slower; again: eager: rank 0: slower again" in verdict.message

@@ -16,11 +16,11 @@ LAYERS = {  # 7 = the command, 6 = entry points ... 1 = pure data and rules
         "summary.render_text", "summary.render_json", "summary.render_wandb", "summary.render_wandb_report", "summary.pages", "summary.cli", "summary.publish",
         "summary.compare", "summary.render_compare", "summary.stored"],
     4: ["pipeline.compile", "pipeline.gang_pool", "generate.stage", "pipeline.validate", "generate.llm", "generate.prompt", "pipeline.telemetry"],
-    3: ["pipeline.gang", "pipeline.cluster", "isolation.spread", "evaluate.harness", "problems.references", "evaluate.rounds", "isolation.rank_pool", "isolation.ranks", "problems.check", "isolation.zygote"],
+    3: ["pipeline.gang", "pipeline.cluster", "isolation.spread", "evaluate.harness", "evaluate.attempt", "evaluate.figures", "evaluate.rank_sets", "evaluate.steps", "evaluate.screen", "problems.references", "evaluate.rounds", "isolation.rank_pool", "isolation.ranks", "problems.check", "isolation.zygote"],
     2: ["runner", "runner.extensions", "runner.launch", "runner.protocol", "runner.rank", "runner.resident",
         "runner.session", "runner.clean", "runner.candidate", "runner.watch", "runner.graphs", "runner.loading",
         "runner.tensor_io", "runner.trace", "runner.zygote", "runner.namespaces", "runner.cuda_ipc", "cuda", "isolation.sandbox", "isolation.allowlist", "isolation.reaper", "isolation.freezer",
-        "isolation.memory", "evaluate.round_checks"],
+        "isolation.memory", "isolation.procfs", "evaluate.round_checks"],
     1: ["problem", "spec.schema", "results.metrics", "results.intervals", "measure.timing", "measure.correctness", "spec.config", "spec.placement", "results.parquet", "generate.samples",
         "pipeline.selection", "evaluate.verdict", "spec.wire", "spec.paths", "spec.names", "pipeline.scheduler", "evaluate.interference", "evaluate.deadlines", "spec.formats",
         "problems.backend_rules", "serve", "serve.client", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.format",
@@ -183,3 +183,42 @@ def test_rank_set_roles_are_named_by_the_role_enum_only():
         spelt += [f"{path}:{node.lineno}" for node in ast.walk(tree) if isinstance(node, ast.Constant)
                   and node.value in ("clean", "candidate") and id(node) not in prose]
     assert not spelt, "\n".join(spelt)
+
+
+def test_other_processes_proc_is_read_in_one_module():
+    """pkb_ray.isolation.procfs is the one reader of /proc/PID (the freezer, the reaper, the memory
+    reads); code inside rank processes (runner/) reads only its own."""
+    import re
+
+    per_pid = re.compile(r"/proc/\{")
+    found = [f"{path}:{n}" for path, _ in _trees()
+             if path.as_posix() != "pkb_ray/isolation/procfs.py" and path.parts[1] != "runner"
+             for n, line in enumerate((REPO / path).read_text().splitlines(), 1) if per_pid.search(line)]
+    assert found == []
+
+
+def test_a_sandboxed_process_is_started_one_way():
+    """pkb_ray.isolation.sandbox.Spec with start() or run(): no other module builds bwrap's command
+    line or the child's limits itself (rank sets, zygote templates, builds all go through them)."""
+    own = {"command", "preexec"}
+    found = []
+    for path, tree in _trees():
+        if path.as_posix() == "pkb_ray/isolation/sandbox.py":
+            continue
+        found += [f"{path}:{node.lineno} sandbox.{node.attr}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Attribute) and node.attr in own
+                  and isinstance(node.value, ast.Name) and node.value.id == "sandbox"]
+    assert found == []
+
+
+def test_benchmark_data_lives_under_its_folder_and_each_file_is_cited():
+    """docs/ holds prose; raw benchmark figures are in docs/benchmarks/data/, each cited by a page
+    (a file no page names is a figure nobody can find the command of)."""
+    docs = REPO / "docs"
+    raw = {".json", ".txt", ".csv", ".jsonl", ".parquet"}
+    stray = [p.relative_to(REPO).as_posix() for p in docs.rglob("*") if p.is_file() and p.suffix in raw
+             and (docs / "benchmarks" / "data") not in p.parents]
+    assert stray == []
+    pages = "\n".join(p.read_text() for p in [REPO / "README.md", *docs.rglob("*.md")])
+    uncited = [p.name for p in (docs / "benchmarks" / "data").iterdir() if f"data/{p.name}" not in pages]
+    assert uncited == []

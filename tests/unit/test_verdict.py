@@ -138,4 +138,16 @@ def test_judge_applies_the_rules_in_order_to_the_evidence_so_far():
     evidence.timing_failed, evidence.timing_what = StepView({}, missing=[0], account="no answer"), "eager round 3"
     found = judge(evidence)
     assert found.status is Status.TIMEOUT and found.message == "during timing (eager round 3): no answer"
-    assert len(RULES) == 5
+    assert len(RULES) == 6 and all(rule.__doc__ and rule.__doc__.startswith(f"Rule {n}:") for n, rule in enumerate(RULES, 1))
+
+
+def test_every_status_an_evaluation_gives_is_decided_in_the_verdict_table():
+    """The harness, its steps and the interference screen gather evidence; only verdict.py names a
+    status other than correct (issue 53: one table of rules, each with its docstring)."""
+    import re
+
+    from conftest import REPO
+
+    named = {path.name: sorted(set(re.findall(r"Status\.([A-Z_]+)", path.read_text())) - {"CORRECT"})
+             for path in (REPO / "pkb_ray" / "evaluate").glob("*.py") if path.name != "verdict.py"}
+    assert {name: found for name, found in named.items() if found} == {}

@@ -1,0 +1,116 @@
+"""The one reader of other processes' ``/proc``: the freezer, the reaper, the trusted side's memory
+reads and the sandbox's probes all go through here.
+
+Reads are plain system calls, no file objects: a freeze reads a few files per task, and every timed
+region ends with one. A process or task that is gone reads as '' / None / an empty list, never an
+exception: the callers decide what a vanished process means.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Stat:
+    """The fields of ``/proc/PID[/task/TID]/stat`` the evaluator uses."""
+
+    state: str  # the scheduler's letter: R running, S sleeping, T stopped, Z zombie, ...
+    ppid: int
+    start_ticks: int  # when the process started, in clock ticks since boot: tells a reused pid apart
+
+
+def read(path: str | Path, limit: int = 4096) -> str:
+    """A small /proc file's text ('' when it is gone or unreadable)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return ""
+    try:
+        return os.read(fd, limit).decode(errors="replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
+def stat(pid: int, tid: int | str | None = None) -> Stat | None:
+    """A process's (or one of its tasks') stat, None when it is gone."""
+    text = read(f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat")
+    if not text:
+        return None
+    fields = text[text.rfind(")") + 2:].split()  # the command name may hold spaces and parentheses
+    return Stat(state=fields[0], ppid=int(fields[1]), start_ticks=int(fields[19]))
+
+
+def pids() -> list[int]:
+    """Every process visible here."""
+    return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
+
+
+def table() -> dict[int, Stat]:
+    """Every visible process's stat, by pid."""
+    found = {}
+    for pid in pids():
+        st = stat(pid)
+        if st is not None:
+            found[pid] = st
+    return found
+
+
+def tasks(pid: int) -> list[str]:
+    """The thread ids of ``pid`` (empty when it is gone)."""
+    try:
+        return os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below ``root`` (not ``root`` itself): from the kernel's per-thread lists of
+    children where it keeps them (CONFIG_PROC_CHILDREN), else from one walk of /proc."""
+    if not os.path.exists(f"/proc/{root}/task/{root}/children"):
+        return below({root}, table())
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        for task in tasks(pid):
+            kids = [int(k) for k in read(f"/proc/{pid}/task/{task}/children").split()]
+            found += kids
+            todo += kids
+    return found
+
+
+def below(roots: set[int], processes: dict[int, Stat]) -> list[int]:
+    """The processes of ``processes`` below ``roots`` (roots excluded), parents before children."""
+    children: dict[int, list[int]] = {}
+    for pid, st in processes.items():
+        children.setdefault(st.ppid, []).append(pid)
+    found, seen, todo = [], set(roots), list(roots)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in seen:
+                seen.add(child)
+                found.append(child)
+                todo.append(child)
+    return found
+
+
+def cpu_ns(pid: int, tid: int | str) -> int | None:
+    """Nanoseconds the task has run on a CPU (None when it is gone)."""
+    text = read(f"/proc/{pid}/task/{tid}/schedstat")
+    return int(text.split()[0]) if text else None
+
+
+def inner_pid(pid: int) -> int | None:
+    """``pid`` as the innermost PID namespace it lives in numbers it (the last of ``NSpid``)."""
+    line = next((ln for ln in read(f"/proc/{pid}/status", 1 << 14).splitlines() if ln.startswith("NSpid:")), "")
+    ids = line.split()[1:]
+    return int(ids[-1]) if ids else None
+
+
+def memory_path(pid: int) -> str:
+    """Where ``pid``'s memory is read and written (with ptrace-level permission over it)."""
+    return f"/proc/{pid}/mem"
