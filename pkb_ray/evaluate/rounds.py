@@ -112,6 +112,7 @@ class RoundDriver:
         self._bracket_us = 0.0  # of the last step: from resuming its set to seeing it stopped again
         self._arrived_us = {}  # of the last step: rank -> from resuming its set to its report
         self._started = 0.0  # of the last step: perf_counter at the resume
+        self._described: dict[tuple, list] = {}  # (side, mode, rank) -> its last region's calls (as_before)
         self._stopped: dict[int, bool] = {}  # id(rank set) -> seen stopped since its last step
         self._pending: list[Pick] = []  # the round's picks the parent compares at its end
         self._copies: dict[int, Copies] = {}  # rank -> its staged tensors in host memory, on both sides
@@ -379,6 +380,8 @@ class RoundDriver:
         if self.ranks is not None and left <= 0:  # nothing more of this sample runs
             return self._failed(cmd, f"{what}, past the sample's deadline ({self.deadline.budget_s:.0f} s from its trials)")
         ranks, other = (self.ranks, self.clean) if side is Side.CAND else (self.clean, self.ranks)
+        if isinstance(cmd, Capture):  # a new graph: its outputs are described again
+            self._described = {slot: v for slot, v in self._described.items() if slot[0] is not side}
         if not self._park(other, cmd, what):
             return None
         if side is Side.CAND:
@@ -452,21 +455,36 @@ class RoundDriver:
                 nonce: int | None = None) -> Region | None:
         staged = nonce is not None  # a timed round's: on the inputs the trusted side wrote (no nonce sent)
         nonce = self.rng.getrandbits(56) if nonce is None else nonce
+        described = mode == TimingMode.GRAPH and all((side, mode, r) in self._described for r in self.clean.ranks)
         cmd = TimeRegion(case=self.case, side=side, k=k, nonce=0 if staged else nonce, what=what,
                          base_seeds=self.base_seeds, hold=timed, graph=mode == TimingMode.GRAPH, keys=self.keys,
-                         staged=staged)
+                         staged=staged, described=described)
         outcome = self._step(side, cmd, f"{what} ({side.value})")
         if outcome is None:
             return None
         for rank, rep in outcome.reports.items():
             if side is Side.CAND:
                 self.allocations.setdefault(rank, {}).update(rep.handles)
-        reports = outcome.reports
+        reports = {rank: self._as_before(side, mode, rank, rep) for rank, rep in outcome.reports.items()}
         if staged and timed:  # a call's inputs lie where the stage said: the report names its outputs only
             reports = {rank: with_staged_inputs(rep, self._staged_inputs.get(side, {}).get(rank, []))
                        for rank, rep in reports.items()}
         return Region(side=side, k=k, bracket_us=self._bracket_us, reports=reports, nonce=nonce,
                       mode=mode, arrived_us=self._arrived_us, started=self._started)
+
+    def _as_before(self, side: Side, mode: str, rank: int, rep: Answer) -> Answer:
+        """``rep`` with its calls where its set's last region of ``mode`` said, when it says they lie
+        as before (:attr:`~pkb_ray.spec.wire.RegionReport.as_before`: a graph's outputs); kept as the
+        last description otherwise. A rank that says so with no description before names no call:
+        its picked calls are not handed over (tampering)."""
+        if not isinstance(rep, RegionReport):
+            return rep
+        slot = (side, mode, rank)
+        if rep.as_before:  # only a graph's regions are told they may say so (TimeRegion.described)
+            return replace(rep, calls=self._described.get(slot, []) if mode == TimingMode.GRAPH else [])
+        if rep.calls and mode == TimingMode.GRAPH:
+            self._described[slot] = rep.calls
+        return rep
 
 
 def with_staged_inputs(rep: Answer, inputs: list) -> Answer:

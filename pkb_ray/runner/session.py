@@ -110,9 +110,12 @@ class RankSession:
             gc.enable()
         self._held = (outs, calls) if cmd.hold else None
         # both sides say where (the same work inside the parent's bracket), though only a candidate's are read
-        placed = self._placed_region(outs, calls, cmd.staged, captured) if cmd.hold else []
+        # a graph's outputs, once described, lie where they were: the parent keeps the last description
+        as_before = bool(cmd.described and cmd.hold and cmd.staged and captured is not None
+                         and captured.output_layouts is not None)
+        placed = [] if as_before else self._placed_region(outs, calls, cmd.staged, captured) if cmd.hold else []
         return RegionReport(us=us, calls=placed, devices=output_devices(outs[0]), handles=self.exported(),
-                            stamps=[self._received, passed, done, time.perf_counter()])
+                            stamps=[self._received, passed, done, time.perf_counter()], as_before=as_before)
 
     def _placed_region(self, outs: list[Any], calls: list[Any], staged: bool, captured: Any) -> list[list]:
         """:meth:`placed` for a timed region, without describing again what has not moved: staged

@@ -108,6 +108,9 @@ class RegionReport(Report):
     # the rank's monotonic clock (s) at: the command read, the calls' start, the calls done, the
     # report made. A diagnostic of where a bracket goes (scripts/bench_bracket.py), never a time judged
     stamps: list[float] = field(default_factory=list)
+    # the calls lie where this set's last region of the same mode said (a graph replay's outputs stay
+    # where its capture put them): ``calls`` is then empty, and the parent takes the last region's
+    as_before: bool = False
 
     def __post_init__(self) -> None:  # pydantic runs it too: a ValueError here is a ValidationError there
         if not (isinstance(self.us, (int, float)) and math.isfinite(self.us) and self.us >= 0):
@@ -288,6 +291,7 @@ class TimeRegion(Command):
     hold: bool  # keep the outputs and inputs until the next step (the trusted side reads them)
     graph: bool  # one replay of the captured graph instead of k eager calls
     staged: bool = False  # on the staged buffers as the trusted side filled them (no nonce: none is sent)
+    described: bool = False  # the parent holds this capture's layouts: a rank may report them as_before
 
 
 @record
