@@ -2,14 +2,14 @@
 
 While the clean set times the reference, every process of the candidate's sandbox is stopped;
 what a sample can still do is leave work running on the device (or in the machine) for the
-reference's regions to meet. Each gang therefore keeps a quiet baseline of every reference it
-times: the same regions (mode, calls per region) timed with no candidate alive. A sample during
-whose rounds the reference's median per call, on some rank, exceeds the baseline's by more than
+reference's regions to meet. The reference's time here is the clean ranks' own clock (trusted),
+per region the smallest over its ranks: a region starts without a barrier, so a rank that woke
+first waits inside the first collective call for the others, and only the last to start times
+the calls alone (a slowed device slows the collective, and so every rank's time, that one's too).
+A sample during whose rounds the reference's median per call exceeds a baseline's by more than
 both :data:`FLOOR` and :data:`NOISE_SIGMAS` standard errors of the two medians (from their
-rounds' spread) was slowed. The harness then measures the baseline again (the machine may have
-changed) and, if the sample still stands out, evaluates it once more; slowed again, against that
-baseline and one more measured then, it is ``tampering``, with both figures in the message. Pure:
-no processes.
+rounds' spread) was slowed. The baselines and what follows are :mod:`pkb_ray.evaluate.screen`'s.
+Pure: no processes.
 """
 
 from __future__ import annotations
@@ -27,44 +27,39 @@ NOISE_SIGMAS = 4.0  # ...and beyond this many standard errors of the difference 
 
 @dataclass(frozen=True)
 class RefTimes:
-    """The reference's regions of one (mode, calls per region) as figures: per rank, the median
-    microseconds per call and its standard error."""
+    """The reference's regions of one (mode, calls per region) as figures: the median over regions
+    of the microseconds per call of the region's last rank to start, and its standard error."""
 
     mode: str
     k: int
-    median_us: tuple[float, ...]
-    error_us: tuple[float, ...]
+    median_us: float
+    error_us: float
     rounds: int
     where: str = "alone"  # what the reference ran beside: "alone" (the quiet baseline) or "beside a copy"
 
     @classmethod
     def of(cls, regions: list[Region]) -> "RefTimes | None":
         """The reference's timed regions (one mode, one k), or None when there are none."""
-        refs = [r for r in regions if r.side == Side.REF]
-        if not refs:
+        times = [min(rep.us for rep in r.reports.values()) for r in regions if r.side == Side.REF and r.reports]
+        if not times:
             return None
-        ranks = sorted({rank for r in refs for rank in r.reports})
-        medians, errors = [], []
-        for rank in ranks:
-            times = [r.reports[rank].us for r in refs if rank in r.reports]
-            medians.append(statistics.median(times) if times else float("nan"))
-            errors.append(_median_error(times))
-        return cls(refs[0].mode, refs[0].k, tuple(medians), tuple(errors), len(refs))
+        first = next(r for r in regions if r.side == Side.REF)
+        return cls(first.mode, first.k, statistics.median(times), _median_error(times), len(times))
 
     def describe(self) -> str:
-        return ", ".join(f"{m:.1f}" for m in self.median_us) + f" us a call per rank ({self.rounds} regions)"
+        return f"{self.median_us:.1f} us a call ({self.rounds} regions)"
 
 
 def slowed(during: RefTimes, quiet: RefTimes) -> str:
-    """Why the reference beside a sample ran materially slower than its quiet baseline, or ""."""
-    for rank, (d, q, de, qe) in enumerate(zip(during.median_us, quiet.median_us, during.error_us, quiet.error_us)):
-        if not (q > 0 and math.isfinite(d)):
-            continue
-        allowed = q * max(FLOOR, NOISE_SIGMAS * math.hypot(de, qe) / q)
-        if d - q > allowed:
-            return (f"rank {rank}: the reference took {d:.1f} us a call beside the sample against {q:.1f} us {quiet.where} "
-                    f"(+{100 * (d / q - 1):.0f} %, allowed +{100 * allowed / q:.0f} %)")
-    return ""
+    """Why the reference beside a sample ran materially slower than ``quiet`` (a baseline), or ""."""
+    d, q = during.median_us, quiet.median_us
+    if not (q > 0 and math.isfinite(d)):
+        return ""
+    allowed = q * max(FLOOR, NOISE_SIGMAS * math.hypot(during.error_us, quiet.error_us) / q)
+    if d - q <= allowed:
+        return ""
+    return (f"the reference took {d:.1f} us a call beside the sample against {q:.1f} us {quiet.where} "
+            f"(+{100 * (d / q - 1):.0f} %, allowed +{100 * allowed / q:.0f} %)")
 
 
 def _median_error(values: list[float]) -> float:

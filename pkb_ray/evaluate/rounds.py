@@ -137,9 +137,10 @@ class RoundDriver:
         for side in Side:  # JIT, allocator, NCCL channels
             if cfg.warmup and self._region(side, cfg.warmup, "warmup", timed=False) is None:
                 return
-        # k from the reference's own time per call (the clean set's clock: the candidate cannot slow it)
+        # k from the reference's own time per call (the clean set's clock: the candidate cannot slow it),
+        # its last rank to start's (the others waited for it in the first call: pkb_ray.evaluate.interference)
         region = self._region(Side.REF, cfg.timing_sets, "calibration", timed=False)
-        k = self.timing.k = calls_per_round(max(r.us for r in region.reports.values()), cfg.round_us,
+        k = self.timing.k = calls_per_round(min(r.us for r in region.reports.values()), cfg.round_us,
                                             cfg.max_round_calls)
         modes = {TimingMode.EAGER: [TimingMode.EAGER], TimingMode.GRAPH: [TimingMode.GRAPH],
                  TimingMode.BOTH: [TimingMode.EAGER, TimingMode.GRAPH]}[cfg.timing_mode]
@@ -184,7 +185,7 @@ class RoundDriver:
         if not captured:
             return captured
         region = self._region(Side.REF, k, "graph calibration", timed=False, mode=TimingMode.GRAPH)
-        more = min(calls_per_round(max(r.us for r in region.reports.values()), self.cfg.round_us,
+        more = min(calls_per_round(min(r.us for r in region.reports.values()), self.cfg.round_us,
                                    self.cfg.max_round_calls), GRAPH_CALLS_FACTOR * k)
         self.timing.k_graph = k
         if more > 2 * k:
