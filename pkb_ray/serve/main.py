@@ -20,7 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from pkb_ray.spec.config import ConfigError, SweepConfig
+from pkb_ray.spec.config import ConfigError, EvalConfig, SweepConfig
 
 APP_NAME = "pkb_ray"
 READY_TIMEOUT_S = 600.0  # Ray Serve up and a first gang ready (a cluster may scale up for it)
@@ -57,12 +57,21 @@ def read_token(cfg: SweepConfig) -> str | None:
 
 
 def service_config(overrides: list[str]) -> SweepConfig:
-    """The composed config, with the service's folder made absolute (rank sandboxes hide it)."""
+    """The composed config, with the service's folder made absolute (rank sandboxes hide it) and the
+    service's timing protocol (:func:`with_protocol`)."""
     from pkb_ray.spec.compose import compose_config
 
     cfg = compose_config(overrides, source="pkb-ray serve")
     folder = Path(cfg.serve.dir).expanduser().resolve()
-    return cfg.model_copy(update={"output_dir": str(folder), "results_dir": cfg.results_dir or str(folder / "results")})
+    return cfg.model_copy(update={"output_dir": str(folder), "results_dir": cfg.results_dir or str(folder / "results"),
+                                  "eval": with_protocol(cfg, overrides)})
+
+
+def with_protocol(cfg: SweepConfig, overrides: list[str]) -> EvalConfig:
+    """eval with serve.protocol's keys, but for those the command line sets itself (``eval.rounds=...``)."""
+    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
+    chosen = {k: v for k, v in cfg.serve.protocol.model_dump().items() if v is not None and f"eval.{k}" not in given}
+    return cfg.eval.model_copy(update=chosen)
 
 
 def start(cfg: SweepConfig, token: str | None) -> str:

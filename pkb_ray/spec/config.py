@@ -299,6 +299,14 @@ class RewardConfig(_Strict):
     failure: float = Field(0.0, le=0, description="the reward of any sample that is not correct")
 
 
+class ServeProtocol(_Strict):
+    """The timing protocol the service judges with (docs/serve.md#protocol); a null key keeps eval's."""
+
+    trials: int | None = Field(3, ge=1, description="trial calls a rank (eval.trials)")
+    timing_sets: int | None = Field(2, ge=1, description="base input sets of the timed calls (eval.timing_sets)")
+    rounds: int | None = Field(50, ge=1, description="timed rounds a side (eval.rounds)")
+
+
 class ServeConfig(_Strict):
     """``pkb-ray serve``: the reward service (docs/serve.md)."""
 
@@ -315,6 +323,7 @@ class ServeConfig(_Strict):
     max_source_bytes: int = Field(256 * 1024, ge=1, description="a larger source is answered 413")
     max_batch: int = Field(512, ge=1, description="most items in one verify_batch")
     compile_workers: int = Field(2, ge=1, description="CPU actors building CUDA sources while gangs evaluate")
+    protocol: ServeProtocol = ServeProtocol()
     reward: RewardConfig = RewardConfig()
 
 

@@ -81,3 +81,16 @@ def test_a_service_reachable_from_elsewhere_needs_a_token(tmp_path, monkeypatch)
     (tmp_path / "empty").write_text("")
     with pytest.raises(ConfigError, match="serve.token_file: .* is empty"):
         read_token(SweepConfig.model_validate({"serve": {"token_file": str(tmp_path / "empty")}}))
+
+
+def test_the_service_judges_with_its_own_protocol_unless_the_command_line_sets_one():
+    """serve.protocol (3 trials, 2 timing sets, 50 rounds) over the eval profile's; a key given on
+    the command line, or set to null in serve.protocol, keeps what eval says."""
+    from pkb_ray.serve.main import service_config
+
+    served = service_config(["hardware=h200_2"])
+    assert (served.eval.trials, served.eval.timing_sets, served.eval.rounds) == (3, 2, 50)
+    assert served.eval.size == "default" and served.eval.timeout_s == 60  # the rest is the GPU profile's
+    assert service_config(["hardware=h200_2", "eval.rounds=80"]).eval.rounds == 80
+    kept = service_config(["hardware=h200_2", "serve.protocol.rounds=null", "serve.protocol.trials=null"])
+    assert (kept.eval.trials, kept.eval.timing_sets, kept.eval.rounds) == (5, 2, 100)
