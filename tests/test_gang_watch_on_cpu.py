@@ -47,7 +47,11 @@ def stop_first_gang(pool: GangPool, work: Path, stopped: list) -> None:
     actor process: it then answers nothing, as if stuck in a driver call."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        for candidate in work.glob("gang-*/**/candidate.py"):
+        try:  # folders come and go while the walk runs (a sample's, a probe's): a vanished one is no error
+            found = list(work.glob("gang-*/**/candidate.py"))
+        except OSError:
+            found = []
+        for candidate in found:
             name = candidate.relative_to(work).parts[0]
             pid = ray.get(pool.handles[name].actor.info.remote(), timeout=30)["pid"]
             os.kill(pid, signal.SIGSTOP)
