@@ -3,9 +3,10 @@
 While the clean set times the reference, every process of the candidate's sandbox is stopped;
 what a sample can still do is leave work running on the device (or in the machine) for the
 reference's regions to meet. The reference's time here is the clean ranks' own clock (trusted),
-per region the smallest over its ranks: a region starts without a barrier, so a rank that woke
-first waits inside the first collective call for the others, and only the last to start times
-the calls alone (a slowed device slows the collective, and so every rank's time, that one's too).
+per region the smallest over its ranks: a rank that starts its calls early (the barrier before them
+aligns the ranks' starts only as well as the barrier's own wake-up does) waits inside the first
+collective call for the others, and only the last to start times the calls alone (a slowed device
+slows the collective, and so every rank's time, that one's too).
 A sample during whose rounds the reference's median per call exceeds a baseline's by more than
 both :data:`FLOOR` and :data:`NOISE_SIGMAS` standard errors of the two medians (from their
 rounds' spread) was slowed. The baselines and what follows are :mod:`pkb_ray.evaluate.screen`'s.

@@ -138,7 +138,7 @@ class RoundDriver:
             if cfg.warmup and self._region(side, cfg.warmup, "warmup", timed=False) is None:
                 return
         # k from the reference's own time per call (the clean set's clock: the candidate cannot slow it),
-        # its last rank to start's (the others waited for it in the first call: pkb_ray.evaluate.interference)
+        # its last rank to start's (the others may wait for it in the first call: pkb_ray.evaluate.interference)
         region = self._region(Side.REF, cfg.timing_sets, "calibration", timed=False)
         k = self.timing.k = calls_per_round(min(r.us for r in region.reports.values()), cfg.round_us,
                                             cfg.max_round_calls)

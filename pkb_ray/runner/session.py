@@ -94,10 +94,11 @@ class RankSession:
         fn = self.timed_fn()
         gc.collect(0)  # the young generation only: a full collection costs ~170 ms with torch loaded
         gc.disable()  # a collection inside a region would be charged to whichever side triggered it
-        # no barrier: the ranks wake within microseconds of each other (their command was waiting) and
-        # the first collective call absorbs the rest; a barrier cost 250-430 us of a region at W=1 on an
-        # H100, more in a candidate's process than in the clean one (docs/benchmarks/trust.md)
+        # a barrier first: the first device work after the set resumes costs more in a candidate's
+        # process than in the clean one, and without it that cost lands in the timed calls (a graph
+        # replay of 48 calls on an H100: 470 us against 270 us; with it, alike: docs/benchmarks/trust.md)
         try:
+            dist.barrier()
             passed = time.perf_counter()
             if captured is not None:
                 outs, us = captured.outputs, timed_replay(captured.graph, k, self.device)
