@@ -15,12 +15,11 @@ Order of events for one sample (all limits from :class:`pkb_ray.spec.config.Eval
    and compares.
 4. The candidate's rank set is killed (its whole sandbox) whatever happened, and the sample's folder
    removed.
-
 5. A correct sample beside which the reference ran slower than alone is screened further
    (:mod:`pkb_ray.evaluate.screen`).
 
-The steps are :mod:`pkb_ray.evaluate.steps`'; the sets' sandboxes :mod:`pkb_ray.evaluate.rank_sets`'; the
-figures :mod:`pkb_ray.evaluate.figures`'. Every decision is :mod:`pkb_ray.evaluate.verdict`'s. Any
+The steps are :mod:`pkb_ray.evaluate.steps`', the sets' sandboxes :mod:`pkb_ray.evaluate.rank_sets`',
+the figures :mod:`pkb_ray.evaluate.figures`'. Every decision is :mod:`pkb_ray.evaluate.verdict`'s. Any
 failure becomes a :class:`~pkb_ray.spec.schema.Result` with its status; nothing raises out of
 :meth:`Harness.evaluate` for a bad sample.
 """
