@@ -63,6 +63,9 @@ def main() -> int:
     parser.add_argument("--round-us", type=float, default=2000.0)
     parser.add_argument("--numel", type=int, default=1 << 20, help="elements a rank (float32)")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--no-zygote", action="store_true",
+                        help="candidates' sets started as sandboxes of their own, not forked from a template "
+                             "(is the candidate's extra cost after a resume the fork's?)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     timings = []
@@ -82,7 +85,8 @@ def main() -> int:
             hw = HardwareConfig(name="gpu_1" if cuda else "cpu_1", device="cuda" if cuda else "cpu",
                                 world_sizes=[1], gpus_per_node=1)
             cfg = EvalConfig(trials=2, timing_sets=2, warmup=3, rounds=20, size={"numel": args.numel}, timeout_s=120,
-                             prewarm=0, max_round_calls=max_calls, timing_mode=mode, round_us=args.round_us)
+                             prewarm=0, max_round_calls=max_calls, timing_mode=mode, round_us=args.round_us,
+                             zygote=not args.no_zygote)
             h = Harness([device], cfg, hw, problems, work_dir=tmp / "work", cache_dir=tmp / "cache")
             try:
                 for index in range(args.reps):
@@ -105,7 +109,7 @@ def main() -> int:
             finally:
                 h.close()
     if args.out:
-        args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(0) if cuda else "cpu",
+        args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(0) if cuda else "cpu", "zygote": not args.no_zygote,
                                         "round_us": args.round_us, "numel": args.numel, "rows": out}, indent=1))
     return 0
 
