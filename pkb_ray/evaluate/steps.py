@@ -59,10 +59,11 @@ class SampleSteps:
         self.deadline: Deadline | None = None
         self.evidence: Evidence | None = None
         self.attempt: Attempt | None = None
+        self.allocations: dict[int, dict[str, list]] = {}  # rank -> the device allocations its trials exported
 
     def run(self) -> Attempt:
         self.evidence = self._ready()
-        outcome = self._trials()
+        self._trials()
         found = judge(self.evidence)
         if found:  # by the second rule too, a sample that fails to run its first call fails
             return self._done(found, second=False)
@@ -71,8 +72,7 @@ class SampleSteps:
         found = judge(self.evidence)
         if found:
             return self._done(found)
-        return self._timing(tol, {r: dict(rep.handles) for r, rep in outcome.reports.items()
-                                  if not isinstance(rep, Failure)})
+        return self._timing(tol)
 
     def _done(self, verdict: Verdict, second: bool | None = None) -> Attempt:
         """The attempt as it stands, with ``verdict``; ``second``: the second rule's finding, where
@@ -93,7 +93,7 @@ class SampleSteps:
         self.clock.lap(EvalPhase.READY)
         return evidence
 
-    def _trials(self) -> StepOutcome:
+    def _trials(self) -> None:
         """The candidate's calls on the trial seeds; their outputs and inputs read from its stopped ranks."""
         candidate = self.ranks.job_dir / "candidate.py"
         candidate.write_text(self.subject.sample.source)
@@ -106,14 +106,13 @@ class SampleSteps:
         outcome = self.ranks.run(cmd, self.deadline.left())
         self.clock.lap(EvalPhase.TRIALS)
         self.evidence.trials = view(outcome, self.ranks)
-        allocations = {r: dict(rep.handles) for r, rep in outcome.reports.items() if not isinstance(rep, Failure)}
+        self.allocations = {r: dict(rep.handles) for r, rep in outcome.reports.items() if not isinstance(rep, Failure)}
         if outcome.ok:
-            self.evidence.trial_aliases = self._read_trials(outcome, self.trusted / "trials", allocations)
+            self.evidence.trial_aliases = self._read_trials(outcome, self.trusted / "trials", self.allocations)
         self.attempt = Attempt(self.evidence, Verdict(Status.CORRECT, ""), message_bytes=self.expected.message_bytes)
         if self.builds:
             self.attempt.rank_builds = max((getattr(rep, "rank_builds", 0) for rep in outcome.reports.values()),
                                            default=None)
-        return outcome
 
     def _read_trials(self, outcome: StepOutcome, folder: Path,
                      allocations: dict[int, dict[str, list]]) -> dict[int, dict[str, list[str]]]:
@@ -149,14 +148,14 @@ class SampleSteps:
             first = [c.second for rep in checks.values() for c in rep.checks if c.id == self.expected.seeds[0]]
             self.attempt.second = {self.rule.column: bool(first) and all(first)}
 
-    def _timing(self, tol: Tolerance, allocations: dict[int, dict[str, list]]) -> Attempt:
+    def _timing(self, tol: Tolerance) -> Attempt:
         """The timed rounds, then the checks of the calls picked after their regions."""
         self.host.pool.quiet()
         self.clock.lap(EvalPhase.QUIET)
         kept = self.trusted / "timed"
         kept.mkdir()
         timing = RoundDriver(self.ranks, self.host.clean.get(), self.subject.case, self.cfg, kept, base_seeds(self.cfg),
-                             self.deadline, self.keys, Tol(atol=tol.atol, rtol=tol.rtol), allocations).run()
+                             self.deadline, self.keys, Tol(atol=tol.atol, rtol=tol.rtol), self.allocations).run()
         self.clock.lap(EvalPhase.TIMING)
         e = self.evidence
         e.timing_failed = view(timing.failed, self.ranks) if timing.failed else None

@@ -114,7 +114,7 @@ class RankSession:
         # a graph's outputs, once described, lie where they were: the parent keeps the last description
         as_before = bool(cmd.described and cmd.hold and cmd.staged and captured is not None
                          and captured.output_layouts is not None)
-        placed = [] if as_before else self._placed_region(outs, calls, cmd.staged, captured) if cmd.hold else []
+        placed = self._placed_region(outs, calls, cmd.staged, captured) if cmd.hold and not as_before else []
         return RegionReport(us=us, calls=placed, devices=output_devices(outs[0]), handles=self.exported(),
                             stamps=[self._received, passed, done, time.perf_counter()], as_before=as_before)
 
