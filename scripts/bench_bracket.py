@@ -102,7 +102,9 @@ def main() -> int:
                         continue
                     row = {"max_calls": max_calls, "mode": mode, "status": result.status, "speedup": result.speedup,
                            **({"message": result.message[:600]} if result.status != "correct" else {}),
-                           "k": t.k, "k_graph": t.k_graph,
+                           "k": t.k, "k_graph": t.k_graph, "eval_s": round(result.eval_seconds, 3),
+                           "outside_timing_s": round(result.eval_seconds - t.seconds, 3),
+                           "phases": {k: round(v, 3) for k, v in result.phase_seconds.items()},
                            **{side: side_figures([g for g in t.regions if g.side.value == side]) for side in ("ref", "cand")}}
                     print(json.dumps(row), flush=True)
                     out.append(row)
