@@ -66,6 +66,8 @@ def main() -> int:
     parser.add_argument("--no-zygote", action="store_true",
                         help="candidates' sets started as sandboxes of their own, not forked from a template "
                              "(is the candidate's extra cost after a resume the fork's?)")
+    parser.add_argument("--touch", action=argparse.BooleanOptionalAction, default=True,
+                        help="eval.touch_devices: a clean process uses the device before each region")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     timings = []
@@ -86,7 +88,7 @@ def main() -> int:
                                 world_sizes=[1], gpus_per_node=1)
             cfg = EvalConfig(trials=2, timing_sets=2, warmup=3, rounds=20, size={"numel": args.numel}, timeout_s=120,
                              prewarm=0, max_round_calls=max_calls, timing_mode=mode, round_us=args.round_us,
-                             zygote=not args.no_zygote)
+                             zygote=not args.no_zygote, touch_devices=args.touch)
             h = Harness([device], cfg, hw, problems, work_dir=tmp / "work", cache_dir=tmp / "cache")
             try:
                 for index in range(args.reps):
@@ -111,7 +113,7 @@ def main() -> int:
             finally:
                 h.close()
     if args.out:
-        args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(0) if cuda else "cpu", "zygote": not args.no_zygote,
+        args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(0) if cuda else "cpu", "zygote": not args.no_zygote, "touch": args.touch,
                                         "round_us": args.round_us, "numel": args.numel, "rows": out}, indent=1))
     return 0
 

@@ -292,7 +292,7 @@ class RoundDriver:
             return all(self._copy(rank, [self._kept[rank][i - self._kept_from][j] for j in copies.indexes], copies,
                                   side, what) for rank, copies in self._host.items())
         cmd = Fill(case=self.case, k=k, nonces=[nonces[i]], base_seeds=self.base_seeds, graph=graph,
-                   candidate=side is Side.CAND, keys=self.clean_keys)
+                   candidate=side is Side.CAND, keys=self.clean_keys, touch=self.cfg.touch_devices)
         outcome = self._step(Side.REF, cmd, f"filling the inputs of {what} ({side.value})")
         if side is Side.REF:
             return True

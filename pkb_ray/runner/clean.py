@@ -43,6 +43,7 @@ class CleanSession(RankSession):
         self._peer: dict | None = None  # where the candidate's rank of this number staged its inputs
         self._kept: list = []  # rounds' inputs made ahead (Fill with keep), until the next fill
         self._secret = False  # whether timed inputs come from the timed calls' keys (stage)
+        self._toucher = None  # a process of its own that uses the device before each region (Fill.touch)
 
     def steps(self) -> dict[type[Command], Callable[[Any], Report]]:
         return {ComputeReference: self.reference, CheckTrials: self.check_trials, CheckTimed: self.check_timed,
@@ -90,12 +91,25 @@ class CleanSession(RankSession):
         if not cmd.candidate:
             copy_into(self._staged, self._call_inputs(cmd.base_seeds, cmd.nonces[0], ns, own=False, timed=self._secret))
             self._sync()
+            self._touch(cmd)
             return FillReport(written=0)
         # not into its own buffers: they hold its last region's inputs until the round is checked
         self._kept = [self._call_inputs(cmd.base_seeds, cmd.nonces[0], ns, timed=self._secret)]
         written = self._write_peer(self._kept[0]) if self._peer and self.device.type == "cuda" else 0
         self._sync()
+        self._touch(cmd)
         return FillReport(written=written, kept=[[layout(canonical(args)) for args in self._kept[0]]])
+
+    def _touch(self, cmd: Fill) -> None:
+        """The device's last work before the region, in the toucher's process: the candidate's
+        region starts with a switch from another process's context (this one wrote its inputs), and
+        now the reference's does too (:mod:`pkb_ray.runner.toucher`)."""
+        if not (cmd.touch and self.device.type == "cuda"):
+            return
+        if self._toucher is None:
+            from pkb_ray.runner.toucher import Toucher
+            self._toucher = Toucher(self.device.index if self.device.index is not None else torch.cuda.current_device())
+        self._toucher.touch()
 
     def _write_peer(self, calls: list[tuple]) -> int:
         """The tensors of ``calls`` copied into the candidate's staged ones that lie in its exported

@@ -161,6 +161,9 @@ class EvalConfig(_Strict):
     zygote: bool = Field(True, description="fork each sample's sandboxed ranks from a template sandbox that "
                                            "imported torch once, in namespaces of their own (docs/isolation.md); "
                                            "false: a fresh sandbox and interpreter per sample (~2.5 s of CPU more)")
+    touch_devices: bool = Field(True, description="on a GPU, a process of the clean rank's own runs one tiny kernel "
+                                "after each timed region's inputs are written, so that both sides' regions start "
+                                "with the device switching to their own process (pkb_ray.runner.toucher)")
     prewarm: int = Field(1, ge=0, le=8, description="rank sets started ahead while samples run (0: none)")
     quiet_timing: bool = Field(True, description="never start a rank set while a sample is timed; prewarmed sets "
                                                  "then start in batches (see Harness.prewarm)")

@@ -342,6 +342,7 @@ class Fill(Command):
     graph: bool
     candidate: bool  # whether a candidate's buffers are to be written too (not for a quiet baseline)
     keep: bool = False
+    touch: bool = False  # then one kernel from the clean rank's toucher process (pkb_ray.runner.toucher)
 
 
 @record
