@@ -37,10 +37,36 @@ def read_exit(job_dir: Path, rank: int) -> int | None:
         return None
 
 
+# A clean rank's process id in its PID namespace is at least this, so that it never equals a
+# candidate's rank's (<= W + 3 in a fresh namespace of its own, set before any candidate runs).
+# Legacy CUDA IPC takes a handle from a process with the opener's own pid for the opener's own,
+# and fails (CUDA_ERROR_INVALID_CONTEXT): on one H100, a candidate's set started without the zygote
+# had its rank at pid 3 like the clean rank, and every output read as unreadable ("tampering").
+CLEAN_PID_FLOOR = 64
+
+
 def main(argv: list[str] | None = None) -> int:
     spec = json.loads((argv or sys.argv[1:])[0])
+    if _role(spec["rank_args"]) is Role.CLEAN:
+        skip_pids(CLEAN_PID_FLOOR)  # before torch: a fork of this small process costs ~0.1 ms
     preload(spec["rank_args"])
     return run_ranks(spec)
+
+
+def skip_pids(floor: int) -> None:
+    """Fork and reap children that exit at once until the next process this one starts gets a
+    process id of at least ``floor`` (ids in a namespace are handed out in order; on the host's,
+    where they are already large, one fork at most)."""
+    pid = os.getpid()
+    while pid < floor - 1:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+
+
+def _role(rank_args: list[str]) -> Role:
+    return Role(rank_args[rank_args.index("--role") + 1]) if "--role" in rank_args else Role.CANDIDATE
 
 
 def run_ranks(spec: dict) -> int:
@@ -79,8 +105,7 @@ def preload(rank_args: list[str]) -> None:
     import torch.distributed  # noqa: F401
     import pkb_ray.runner.rank  # noqa: F401
 
-    role = Role(rank_args[rank_args.index("--role") + 1]) if "--role" in rank_args else Role.CANDIDATE
-    importlib.import_module(f"pkb_ray.runner.{role.value}")  # runner/clean.py or runner/candidate.py
+    importlib.import_module(f"pkb_ray.runner.{_role(rank_args).value}")  # runner/clean.py or runner/candidate.py
 
 
 def fork_rank(args: list[str], *, stdin: int, log: int, keep: int) -> int:
