@@ -31,10 +31,10 @@ import torch.multiprocessing as mp
 CASES = ("own", "ipc", "other", "own_stop", "ipc_stop")
 
 
-def runner(conn, numel: int, calls: int) -> None:
+def runner(conn, to_writer, numel: int, calls: int) -> None:
     x = torch.zeros(numel, device="cuda")
     y = torch.empty_like(x)
-    conn.send(x)  # CUDA IPC: the writer gets this memory
+    to_writer.send(x)  # CUDA IPC: the writer gets this memory
     torch.cuda.synchronize()
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
@@ -65,8 +65,8 @@ def runner(conn, numel: int, calls: int) -> None:
         conn.send((t0, time.perf_counter()))
 
 
-def writer(conn) -> None:
-    x = conn.recv()
+def writer(conn, from_runner) -> None:
+    x = from_runner.recv()
     own = torch.zeros(1024, device="cuda")
     torch.cuda.synchronize()
     conn.send("ready")
@@ -92,13 +92,11 @@ def main() -> int:
     ctx = mp.get_context("spawn")
     r_conn, r_child = ctx.Pipe()
     w_conn, w_child = ctx.Pipe()
-    r = ctx.Process(target=runner, args=(r_child, args.numel, args.calls))
-    w = ctx.Process(target=writer, args=(w_child,))
+    to_writer, from_runner = ctx.Pipe()
+    r = ctx.Process(target=runner, args=(r_child, to_writer, args.numel, args.calls))
+    w = ctx.Process(target=writer, args=(w_child, from_runner))
     r.start()
     w.start()
-    x = r_conn.recv()
-    w_conn.send(x)
-    del x
     assert w_conn.recv() == "ready"
     times: dict[str, list[float]] = {f"{m}/{c}": [] for m in ("eager", "graph") for c in CASES}
     inside: dict[str, list[float]] = {key: [] for key in times}
