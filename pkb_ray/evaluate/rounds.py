@@ -250,7 +250,7 @@ class RoundDriver:
                 staged[rank] = rep.inputs
                 peer[str(rank)] = {"inputs": rep.inputs, "allocations": self.allocations[rank]}
         cmd = Stage(case=self.case, side=Side.REF, k=k, base_seeds=self.base_seeds, graph=graph, keys=self.clean_keys,
-                    peer=peer)
+                    peer=peer, touch=self.cfg.touch_devices)
         outcome = self._step(Side.REF, cmd, f"staging the reference's {mode} inputs")
         self._staged_inputs = {Side.CAND: staged, Side.REF: {rank: rep.inputs for rank, rep in outcome.reports.items()}}
         self._copies, self._kept, self._kept_from = {}, {}, 0

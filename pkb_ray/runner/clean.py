@@ -66,6 +66,7 @@ class CleanSession(RankSession):
         self._peer = cmd.peer.get(str(self.rank)) or None
         self._kept = []
         report = super().stage(cmd)
+        self._start_toucher(cmd.touch)  # its start (a context, ~0.3 s) before the rounds, not in the first fill
         # timed inputs from the keys no candidate's rank holds, where their base sets fit the staged
         # buffers (shapes and plain values that do not depend on the seed); else from the rank's
         self._secret = f"{TIMED}{self.rank}" in self.keys and all(
@@ -104,12 +105,17 @@ class CleanSession(RankSession):
         """The device's last work before the region, in the toucher's process: the candidate's
         region starts with a switch from another process's context (this one wrote its inputs), and
         now the reference's does too (:mod:`pkb_ray.runner.toucher`)."""
-        if not (cmd.touch and self.device.type == "cuda"):
-            return
+        if self._start_toucher(cmd.touch):
+            self._toucher.touch()
+
+    def _start_toucher(self, wanted: bool) -> bool:
+        """Whether this rank has a toucher (started now where wanted and there is none yet)."""
+        if not (wanted and self.device.type == "cuda"):
+            return False
         if self._toucher is None:
             from pkb_ray.runner.toucher import Toucher
             self._toucher = Toucher(self.device.index if self.device.index is not None else torch.cuda.current_device())
-        self._toucher.touch()
+        return True
 
     def _write_peer(self, calls: list[tuple]) -> int:
         """The tensors of ``calls`` copied into the candidate's staged ones that lie in its exported

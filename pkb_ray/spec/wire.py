@@ -322,6 +322,7 @@ class Stage(Command):
     base_seeds: list[int]
     graph: bool
     peer: dict[str, Any] = field(default_factory=dict)
+    touch: bool = False  # a clean set's: its toucher started now, not in a round's fill (Fill.touch)
 
 
 @record
