@@ -47,7 +47,8 @@ class Toucher:
         ready = self.proc.stdout.read(1)
         if ready != b"R":
             self.proc.kill()
-            raise RuntimeError(f"the device toucher did not start (exit {self.proc.wait()})")
+            raise RuntimeError(f"the device toucher did not start (exit {self.proc.wait()}; its error is in the "
+                               "clean rank's log); eval.touch_devices=false times without it")
 
     def touch(self) -> None:
         """One kernel in the toucher's context, finished before this returns."""
