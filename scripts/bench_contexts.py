@@ -46,15 +46,12 @@ def runner(conn, to_writer, numel: int, calls: int) -> None:
         for _ in range(calls):
             torch.add(x, 1.0, out=y)
     torch.cuda.synchronize()
-    while True:
-        cmd = conn.recv()
-        if cmd == "quit":
-            return
+
+    def act(cmd):
         if cmd[0] == "fill":
             x.fill_(cmd[1])
             torch.cuda.synchronize()
-            conn.send("filled")
-            continue
+            return "filled"
         t0 = time.perf_counter()
         if cmd[0] == "graph":
             graph.replay()
@@ -62,7 +59,9 @@ def runner(conn, to_writer, numel: int, calls: int) -> None:
             for _ in range(calls):
                 torch.add(x, 1.0, out=y)
         torch.cuda.synchronize()
-        conn.send((t0, time.perf_counter()))
+        return t0, time.perf_counter()
+
+    obey(conn, act)
 
 
 def writer(conn, from_runner) -> None:
@@ -70,16 +69,22 @@ def writer(conn, from_runner) -> None:
     own = torch.zeros(1024, device="cuda")
     torch.cuda.synchronize()
     conn.send("ready")
-    while True:
-        cmd = conn.recv()
-        if cmd == "quit":
-            return
+
+    def act(cmd):
         if cmd[0] == "fill":
             x.fill_(cmd[1])
         else:
             own.add_(1.0)
         torch.cuda.synchronize()
-        conn.send("done")
+        return "done"
+
+    obey(conn, act)
+
+
+def obey(conn, act) -> None:
+    """Answer each command from ``conn`` with ``act(command)`` until "quit"."""
+    for cmd in iter(conn.recv, "quit"):
+        conn.send(act(cmd))
 
 
 def main() -> int:
