@@ -73,6 +73,6 @@ def test_an_honest_copy_is_correct_and_times_at_one(harness, problems):
     speedups = []
     for index in range(3):
         result = harness.evaluate(Sample(problem_id="all_reduce", model="m", sample_index=index, source=source))
-        assert result.status == Status.CORRECT, result.message
+        assert result.status == Status.CORRECT, (index, speedups, result.status, result.message)
         speedups.append(result.speedup)
     assert 0.8 < sorted(speedups)[1] < 1.25, speedups
