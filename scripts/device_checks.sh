@@ -29,6 +29,10 @@
 #   scale_baselines  every reference at its default size at W                 -> $OUT/baselines/h200_8.json
 #   scale_throughput the synthetic set through the pool with gangs of 2, 4 and W -> $OUT/throughput_w*.json
 #   scale_hostile    hostile samples on a W gang: statuses and recovery times   -> $OUT/gangs_w$W/
+#   trust     issue 51 at W=1 (one GPU is enough): the graph honest copy alone, then
+#             tests/test_trust_on_gpu.py and tests/test_interference_on_gpu.py (logs in $OUT/*.log), then
+#             reference copies' brackets, eager and graph, with the clean rank's toucher
+#                                                                              -> $OUT/bracket_touch.json
 #   nodes     scripts/emulate_nodes.py       the collectives inside one node and across two fake nodes
 #                                            (one GPU each, NCCL over sockets)        -> $OUT/baselines_nodes/
 set -uo pipefail
@@ -57,6 +61,16 @@ for step in $STEPS; do
                  hardware.gpus_per_node=1 eval=gpu model.samples=/tmp/w1.jsonl wandb=disabled ray.include_dashboard=false \
                  hydra.run.dir=/tmp/w1_run cache_dir=/tmp/pkb_cache 2>&1 | tail -12
                python3 -c "import json; from pkb_ray.results.parquet import read_results; df = read_results('/tmp/w1_run/results'); print(json.dumps(df[['sample_index', 'status', 'speedup', 'isolation', 'message']].to_dict('records'), default=str))" | tee "$OUT/sandbox_sweep.json" ;;
+    trust)     pytest_log() {  # SECONDS NAME ARGS...: the log in $OUT/NAME.log, its outcome lines here
+                 timeout "$1" python3 -m pytest -q -m gpu -p no:cacheprovider --tb=short -rf "${@:3}" > "$OUT/$2.log" 2>&1
+                 grep -E "^(FAILED|E )|passed|failed" "$OUT/$2.log" | cut -c1-600 | tail -16
+               }
+               pytest_log 70 honest_graph tests/test_trust_on_gpu.py -k "graph and honest"
+               pytest_log 150 trust_graph tests/test_trust_on_gpu.py -k graph
+               pytest_log 120 trust_eager tests/test_trust_on_gpu.py -k eager
+               pytest_log 150 interference tests/test_interference_on_gpu.py
+               timeout 90 python3 scripts/bench_bracket.py --max-calls 500 --modes eager,graph --reps 3 --touch \
+                 --out "$OUT/bracket_touch.json" 2>&1 | tail -8 ;;
     graph)     timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_graph_on_gpu.py 2>&1 | tail -40 ;;
     graph_bench) timeout 540 python3 scripts/bench_kernels.py --device cuda --timing-mode both --copies --timeout 40 \
                  ${KERNELS:+--only "$KERNELS"} --out "$OUT/kernels_graph.json" 2>&1 | grep -v Warning ;;
