@@ -14,7 +14,7 @@ from pkb_ray.evaluate.attempt import Timed
 from pkb_ray.evaluate.rounds import Timing
 from pkb_ray.evaluate.verdict import StepView
 from pkb_ray.isolation.ranks import Ranks, StepOutcome
-from pkb_ray.measure.timing import median_iqr, sample_time, speedup, speedup_interval
+from pkb_ray.measure.timing import median_iqr, region_time, sample_time, speedup, speedup_interval
 from pkb_ray.problem import Problem, Traffic, sol_time_us
 from pkb_ray.spec.config import HardwareConfig
 from pkb_ray.spec.names import Side, TimingMode
@@ -73,13 +73,14 @@ class PhaseClock:
 
 def _side_times(regions) -> tuple[tuple[list[tuple[float, float]], float], ...]:
     """(per-rank (median, IQR), the side's time) of each side, reference then candidate, all by the
-    parent's clock: a rank's figure per call from resuming its set to its report, the side's from
-    resuming its set to seeing it stopped again."""
+    parent's clock: a rank's figure per call from resuming its set to its done line, the side's to
+    its last rank's, each less the side's fixed work plus its charge (:attr:`Region.us`)."""
     ranks = sorted({r for g in regions for r in g.arrived_us})
     out = []
     for side in (Side.REF, Side.CAND):
         mine = [g for g in regions if g.side is side]
-        per_rank = [median_iqr([g.arrived_us[r] / g.k for g in mine if r in g.arrived_us]) for r in ranks]
+        per_rank = [median_iqr([region_time(g.arrived_us[r], g.fixed_us, g.charge_us) / g.k
+                                for g in mine if r in g.arrived_us]) for r in ranks]
         out.append((per_rank, sample_time([median_iqr([g.us_per_call for g in mine])[0]])))
     return tuple(out)
 

@@ -40,7 +40,7 @@ from pkb_ray.isolation.ranks import Ranks, StepOutcome
 from pkb_ray.measure.correctness import entry_span, in_allocations
 from pkb_ray.measure.correctness import layout_aliases
 from pkb_ray.measure.keys import InputKeys
-from pkb_ray.measure.timing import calls_per_round, round_order
+from pkb_ray.measure.timing import calls_per_round, deferral_allowance, deferral_charge, fixed_times, round_order
 from pkb_ray.runner.protocol import tensor_file
 from pkb_ray.spec.config import EvalConfig
 from pkb_ray.spec.names import Side
@@ -55,6 +55,7 @@ REGION_POLL_S = 0.0002  # the parent's bracket is as fine as its look at the rep
 # against 1.19-1.26 us at 4x, and made the timing step 2-5x dearer (docs/benchmarks/timing.md).
 GRAPH_CALLS_FACTOR = 4
 FREEZE_TIMEOUT_S = 5.0  # how long the candidate's processes may take to stop (one in a driver call)
+BLANK_EVERY = 2  # a blank region a side every this many rounds (the fixed work subtracted: settle)
 KEEP_BYTES = 256 << 20  # a clean rank's rounds of inputs made ahead, at most (host memory only)
 
 
@@ -83,6 +84,7 @@ class Timing:
     escaped: str = ""  # how the candidate's processes ran while stopped (the freezer's proof)
     misplaced: str = ""  # why the candidate's staged inputs could not be filled where it said they lie
     checks: dict[int, list[Finding]] = field(default_factory=dict)  # rank -> the clean set's findings on the picks
+    blanks: list[Region] = field(default_factory=list)  # fired with no calls: each side's fixed work (k 0)
 
     def of(self, mode: str) -> list[Region]:
         return [r for r in self.regions if r.mode == mode]
@@ -168,11 +170,15 @@ class RoundDriver:
                               base_seeds=self.base_seeds)
                 self._step(Side.REF, cmd, "capturing the reference alone")
             self._stage(mode, k)
+            self._arm(Side.REF, k, mode, f"quiet {mode} rounds")
             nonces = [self.rng.getrandbits(56) for _ in range(self.cfg.rounds)]
-            regions = []
+            regions, blanks = [], []
             for i, nonce in enumerate(nonces):
+                if i % BLANK_EVERY == 0:
+                    blanks.append(self._blank(Side.REF, mode, f"quiet {mode} round {i}"))
                 self._fill(mode, k, nonces, i, Side.REF, f"quiet {mode} round {i}")
-                regions.append(self._region(Side.REF, k, f"quiet {mode} round {i}", timed=True, mode=mode, nonce=nonce))
+                regions.append(self._fire(Side.REF, k, f"quiet {mode} round {i}", mode, nonce))
+            settle(regions, blanks)
             return regions
         finally:
             self.resume_all()
@@ -220,20 +226,90 @@ class RoundDriver:
         chance = min(1.0, cfg.checked_calls / max(1, cfg.rounds * k))
         if not self._stage(mode, k):
             return False
+        for side in Side:
+            if not self._arm(side, k, mode, f"{mode} rounds"):
+                return False
         nonces = [self.rng.getrandbits(56) for _ in range(cfg.rounds)]  # the rounds' inputs: never sent to the candidate
-        for i, nonce in enumerate(nonces):
-            regions = {}
-            for side in round_order(i):
-                if not self._fill(mode, k, nonces, i, side, f"{mode} round {i}"):
-                    return False
-                region = regions[side] = self._region(side, k, f"{mode} round {i}", timed=True, mode=mode, nonce=nonce)
-                if region is None:
-                    return False
-                self.timing.regions.append(region)
-                if side is Side.CAND:
-                    self._check_remote(region, i, chance)
-            self._check_round(regions[Side.REF], regions[Side.CAND])
+        regions, blanks = [], []
+        try:
+            for i, nonce in enumerate(nonces):
+                pair_ = {}
+                for side in round_order(i):
+                    if i % BLANK_EVERY == 0:
+                        blank = self._blank(side, mode, f"{mode} round {i}")
+                        if blank is None:
+                            return False
+                        blanks.append(blank)
+                    if not self._fill(mode, k, nonces, i, side, f"{mode} round {i}"):
+                        return False
+                    region = pair_[side] = self._fire(side, k, f"{mode} round {i}", mode, nonce)
+                    if region is None:
+                        return False
+                    regions.append(region)
+                    if side is Side.CAND:
+                        self._check_remote(region, i, chance)
+                self._check_round(pair_[Side.REF], pair_[Side.CAND])
+        finally:  # the regions timed so far, with their fixed work settled, whatever ended the rounds
+            settle(regions, blanks)
+            self.timing.regions.extend(regions)
+            self.timing.blanks.extend(blanks)
         return True
+
+    def _arm(self, side: Side, k: int, mode: str, what: str) -> bool:
+        """``side``'s ranks armed with the mode's region of k calls on their staged inputs (the
+        region's command decoded, its calls laid out and the generation collected, untimed): each
+        fire line runs it at once (:meth:`_fire`). False when the candidate's step failed."""
+        described = mode == TimingMode.GRAPH and all((side, mode, r) in self._described for r in self.clean.ranks)
+        cmd = TimeRegion(case=self.case, side=side, k=k, nonce=0, what=what, base_seeds=self.base_seeds, hold=True,
+                         graph=mode == TimingMode.GRAPH, keys=self.keys, staged=True, described=described, fire=True)
+        outcome = self._step(side, cmd, f"arming the {side.value} side's {what}")
+        if outcome is None:
+            return False
+        if side is Side.CAND:
+            for rank, rep in outcome.reports.items():
+                self.allocations.setdefault(rank, {}).update(rep.handles)
+        return True
+
+    def _blank(self, side: Side, mode: str, what: str) -> Region | None:
+        """A blank region of ``side`` (fired with no calls: resumed, one device operation, done, its
+        report, stopped): the fixed work its regions hold. On a GPU after the toucher's kernel, so
+        that it starts with the same switch of context as a region after its fill."""
+        if self.cfg.touch_devices and not self._host:
+            cmd = Fill(case=self.case, k=0, nonces=[], base_seeds=self.base_seeds, graph=mode == TimingMode.GRAPH,
+                       candidate=False, touch=True)
+            self._step(Side.REF, cmd, f"touching the devices before a blank of {what}")
+        return self._fire(side, 0, f"a blank of {what} ({side.value})", mode, 0, blank=True)
+
+    def _fire(self, side: Side, k: int, what: str, mode: str, nonce: int, blank: bool = False) -> Region | None:
+        """One armed region of ``side`` fired (:meth:`pkb_ray.isolation.ranks.RankSet.fire`), the other
+        set stopped: its time is the parent's clock from the resume to the last rank's done line;
+        the set is stopped once every report came (outside that time). None when the candidate's
+        failed (``timing.failed``)."""
+        what = f"{what} ({side.value})"
+        ranks = self._runnable(side, Step.REGION, what)
+        if ranks is None:
+            return None
+        left = self.deadline.left(self.cfg.timeout_s, margin=MARGIN_S if side is Side.REF else 0.0)
+        ends: list = []
+        self._stopped[id(ranks)] = False
+        outcome = ranks.fire(blank, left, poll_s=REGION_POLL_S, answered=lambda: ends.append(self._stop(ranks)))
+        stopped = ends[0] if ends else self._stop(ranks)
+        if self._concluded(side, outcome, stopped, Step.REGION, what) is None:
+            return None
+        if len(outcome.done_us) < len(ranks.ranks):  # a report with no done line before it
+            rank = min(set(ranks.ranks) - set(outcome.done_us))
+            return self._failed_with(Step.REGION, f"{what}: rank {rank} reported without saying its calls were done")
+        done = max(outcome.done_us.values())
+        after = max(max(outcome.report_us.get(r, d) - d for r, d in outcome.done_us.items()), 0.0)
+        reports = {rank: self._as_before(side, mode, rank, rep) for rank, rep in outcome.reports.items()}
+        if not blank:
+            reports = {rank: with_staged_inputs(rep, self._staged_inputs.get(side, {}).get(rank, []))
+                       for rank, rep in reports.items()}
+            if side is Side.CAND:
+                for rank, rep in outcome.reports.items():
+                    self.allocations.setdefault(rank, {}).update(rep.handles)
+        return Region(side=side, k=k, bracket_us=done, reports=reports, nonce=nonce, mode=mode,
+                      arrived_us=dict(outcome.done_us), after_us=after)
 
     def _stage(self, mode: str, k: int) -> bool:
         """Both sides' staged inputs for the mode's k timed calls (:mod:`pkb_ray.evaluate.staging`): the
@@ -377,21 +453,12 @@ class RoundDriver:
         (:attr:`_bracket_us`) runs from resuming the set to seeing every process of it stopped
         again: whatever the set does in between, after its report too, is its time. None
         (``timing.failed`` set) when the candidate's step failed; the clean set's raises."""
-        left = self.deadline.left(self.cfg.timeout_s)
-        if self.ranks is not None and left <= 0:  # nothing more of this sample runs
-            return self._failed(cmd, f"{what}, past the sample's deadline ({self.deadline.budget_s:.0f} s from its trials)")
-        ranks, other = (self.ranks, self.clean) if side is Side.CAND else (self.clean, self.ranks)
         if isinstance(cmd, Capture):  # a new graph: its outputs are described again
             self._described = {slot: v for slot, v in self._described.items() if slot[0] is not side}
-        if not self._park(other, cmd, what):
+        ranks = self._runnable(side, cmd.step, what)
+        if ranks is None:
             return None
-        if side is Side.CAND:
-            escaped = self.ranks.ran_while_frozen() if self._stopped.get(id(self.ranks)) else ""
-            if escaped:  # it ran while the reference had the devices to itself
-                self.timing.escaped, self.timing.what = escaped, what
-                return None
-        else:
-            left = self.deadline.left(self.cfg.timeout_s, margin=MARGIN_S)
+        left = self.deadline.left(self.cfg.timeout_s, margin=MARGIN_S if side is Side.REF else 0.0)
         ends: list = []  # (seen stopped, when): set as soon as the last rank answered
 
         def stop() -> None:
@@ -404,6 +471,27 @@ class RoundDriver:
         stopped, t1 = ends[0] if ends else (self._stop(ranks), time.perf_counter())
         self._bracket_us, self._started = (t1 - t0) * 1e6, t0
         self._arrived_us = {r: (at - t0) * 1e6 for r, at in outcome.arrived.items()}
+        return self._concluded(side, outcome, stopped, cmd.step, what)
+
+    def _runnable(self, side: Side, step: str, what: str) -> Ranks | None:
+        """The set that runs ``side``'s step, once the other is stopped and, for the candidate's,
+        proven not to have run while stopped; None (the step failed) otherwise."""
+        if self.ranks is not None and self.deadline.left(self.cfg.timeout_s) <= 0:  # nothing more of this sample runs
+            return self._failed_with(step, f"{what}, past the sample's deadline ({self.deadline.budget_s:.0f} s "
+                                           "from its trials)")
+        ranks, other = (self.ranks, self.clean) if side is Side.CAND else (self.clean, self.ranks)
+        if not self._park(other, step, what):
+            return None
+        if side is Side.CAND:
+            escaped = self.ranks.ran_while_frozen() if self._stopped.get(id(self.ranks)) else ""
+            if escaped:  # it ran while the reference had the devices to itself
+                self.timing.escaped, self.timing.what = escaped, what
+                return None
+        return ranks
+
+    def _concluded(self, side: Side, outcome: StepOutcome, stopped: bool, step: str, what: str) -> StepOutcome | None:
+        """``outcome``, or None (``timing.failed``) where the candidate's step failed or its set was
+        not seen stopped after it; the clean set's failures raise."""
         if side is Side.REF:
             if not outcome.ok:
                 raise CleanSetFailed(what, outcome)
@@ -416,8 +504,8 @@ class RoundDriver:
                 f", at the sample's deadline ({self.deadline.budget_s:.0f} s from its trials)" if late else "")
             return None
         if not stopped:
-            return self._failed(cmd, f"{what}: the candidate's processes were not all seen stopped within "
-                                     f"{FREEZE_TIMEOUT_S:.0f} s")
+            return self._failed_with(step, f"{what}: the candidate's processes were not all seen stopped within "
+                                           f"{FREEZE_TIMEOUT_S:.0f} s")
         return outcome
 
     def _stop(self, ranks: Ranks) -> bool:
@@ -426,7 +514,7 @@ class RoundDriver:
         self._stopped[id(ranks)] = stopped
         return stopped
 
-    def _park(self, ranks: Ranks | None, cmd: Command, what: str) -> bool:
+    def _park(self, ranks: Ranks | None, step: str, what: str) -> bool:
         """The set that does not run this step stopped (it may be already); False (the step failed,
         or the clean set raised) when it could not be seen stopped in time."""
         if ranks is None or self._stopped.get(id(ranks)):
@@ -434,8 +522,9 @@ class RoundDriver:
         if self._stop(ranks):
             return True
         if ranks is self.clean:
-            raise CleanSetFailed(f"{what}: the clean set did not stop", StepOutcome(cmd.step))
-        self._failed(cmd, f"{what}: the candidate's processes were not all seen stopped within {FREEZE_TIMEOUT_S:.0f} s")
+            raise CleanSetFailed(f"{what}: the clean set did not stop", StepOutcome(step))
+        self._failed_with(step, f"{what}: the candidate's processes were not all seen stopped within "
+                                f"{FREEZE_TIMEOUT_S:.0f} s")
         return False
 
     def resume_all(self) -> None:
@@ -445,9 +534,9 @@ class RoundDriver:
                 ranks.thaw()
                 self._stopped[id(ranks)] = False
 
-    def _failed(self, cmd: Command, what: str) -> None:
+    def _failed_with(self, step: str, what: str) -> None:
         """The candidate's step as failed without an answer from its ranks (``what`` says why)."""
-        self.timing.failed = StepOutcome(cmd.step, missing=list(self.ranks.ranks), phases=self.ranks.phases(),
+        self.timing.failed = StepOutcome(step, missing=list(self.ranks.ranks), phases=self.ranks.phases(),
                                          elapsed_s=time.monotonic() - self.deadline.started)
         self.timing.what = what
         return None
@@ -486,6 +575,20 @@ class RoundDriver:
         if rep.calls and mode == TimingMode.GRAPH:
             self._described[slot] = rep.calls
         return rep
+
+
+def settle(regions: list[Region], blanks: list[Region]) -> None:
+    """Each fired region's fixed work and charge, from the blanks fired beside them
+    (:func:`pkb_ray.measure.timing.fixed_times`, :func:`~pkb_ray.measure.timing.deferral_charge`),
+    per mode."""
+    for mode in {r.mode for r in regions}:
+        mine = [r for r in regions if r.mode == mode]
+        fixed = dict(zip(Side, fixed_times(*([b.bracket_us for b in blanks if b.mode == mode and b.side is side]
+                                             for side in Side))))
+        allowance = deferral_allowance([r.after_us for r in mine if r.side is Side.REF])
+        for region in mine:
+            region.fixed_us = fixed[region.side]
+            region.charge_us = deferral_charge(region.after_us, allowance) if region.side is Side.CAND else 0.0
 
 
 def with_staged_inputs(rep: Answer, inputs: list) -> Answer:

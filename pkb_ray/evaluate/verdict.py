@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from pkb_ray.measure.timing import region_time
 from pkb_ray.spec.names import Side, Status, TimingMode
 from pkb_ray.spec.wire import Answer, ChecksReport, Failure, Pick, RegionReport, TrialsReport
 
@@ -61,9 +62,11 @@ class StepView:
 @dataclass
 class Region:
     """One timed region as the parent saw it: the side, k calls, the parent's bracket (microseconds
-    from resuming the side's set to seeing every process of it stopped again: the region's time),
-    when each rank's report came (microseconds from the same start) and each rank's report (the
-    rank's own figures: diagnostics, never a time the verdict uses)."""
+    from resuming the side's set to its last rank's done line, for a fired region; to seeing every
+    process of it stopped again otherwise), when each rank said it was done (microseconds from the
+    same start), and each rank's report (the rank's own figures: diagnostics, never a time the
+    verdict uses). Its time is the bracket less the side's fixed work plus the charge for work done
+    after the done lines (:func:`pkb_ray.measure.timing.region_time`)."""
 
     side: Side
     k: int
@@ -74,10 +77,17 @@ class Region:
     arrived_us: dict[int, float] = field(default_factory=dict)
     aliases: dict[int, list[str]] = field(default_factory=dict)  # rank -> the parent's findings from the layouts
     started: float = 0.0  # the parent's perf_counter at the resume (a diagnostic, beside RegionReport.stamps)
+    after_us: float = 0.0  # from the last done line to the last report (the work after the calls)
+    fixed_us: float = 0.0  # the side's fixed work, subtracted (its blank regions)
+    charge_us: float = 0.0  # work after the done lines beyond the reference's, added (candidates only)
+
+    @property
+    def us(self) -> float:
+        return region_time(self.bracket_us, self.fixed_us, self.charge_us)
 
     @property
     def us_per_call(self) -> float:
-        return self.bracket_us / self.k
+        return self.us / self.k
 
 
 @dataclass

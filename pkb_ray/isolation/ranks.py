@@ -40,7 +40,8 @@ from pkb_ray.measure.keys import for_rank
 from pkb_ray.runner import protocol
 from pkb_ray.runner.launch import read_exit
 from pkb_ray.spec.names import Role
-from pkb_ray.spec.wire import Answer, Command, Exit, Failure, Ready, Report, Step, as_dict, parse_report
+from pkb_ray.spec.wire import (Answer, Command, Exit, Failure, Ready, RegionReport, Report, Step, as_dict,
+                           parse_report)
 
 ERROR_GRACE_S = 2.0  # after one rank fails, how long the others get to report before being killed
 POLL_S = 0.02
@@ -66,6 +67,10 @@ class StepOutcome:
     elapsed_s: float = 0.0
     answered_at: float = 0.0  # time.perf_counter() when the wait ended (before the reports were parsed)
     arrived: dict[int, float] = field(default_factory=dict)  # rank -> time.perf_counter() its report was seen
+    # a fired region's (RankSet.fire): rank -> microseconds from resuming the set to its done line
+    # (pkb_ray.runner.protocol.mark_done), and to its report, on the clock of the node that resumed it
+    done_us: dict[int, float] = field(default_factory=dict)
+    report_us: dict[int, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -181,6 +186,9 @@ class Ranks(Protocol):
             resume: Callable[[], None] | None = None) -> StepOutcome: ...
     # one step on every rank; ``resume()`` resumes the set around the send (see RankSet.send), and
     # ``answered()`` is called as soon as the wait ends (see wait_for)
+
+    def fire(self, blank: bool, timeout_s: float, poll_s: float = POLL_S, answered=None) -> StepOutcome: ...
+    # the armed region of every rank of the stopped set, fired and the set resumed (see RankSet.fire)
 
     def log_tail(self, rank: int, chars: int = LOG_TAIL_CHARS) -> str: ...  # the end of a rank's output
 
@@ -364,6 +372,47 @@ class RankSet:
         self.send(cmd, resume)
         return self.wait(cmd.tag, started + timeout_s, since=started, poll_s=poll_s, kind=cmd.answer,
                          answered=answered)
+
+    def fire(self, blank: bool, timeout_s: float, poll_s: float = POLL_S, answered=None) -> StepOutcome:
+        """Fire the armed region (:meth:`pkb_ray.runner.session.RankSession.fire`) of every rank of
+        the set, which is stopped: the fire line goes into every pipe first, then the set is
+        resumed, so the ranks wake with it waiting and run their calls with nothing to decode. The
+        outcome's ``done_us`` and ``report_us``: each rank's done line and report, microseconds
+        from the resume (read as they land: the wait looks at the pipes, it does not sleep)."""
+        return self.fire_tagged(self.fire_tag(), blank, timeout_s, poll_s, answered)
+
+    def fire_tag(self) -> str:
+        return f"fire.{next(self._tags)}.{secrets.token_hex(6)}"  # unpredictable, as a command's
+
+    def fire_tagged(self, tag: str, blank: bool, timeout_s: float, poll_s: float = POLL_S,
+                    answered=None) -> StepOutcome:
+        """:meth:`fire` under ``tag`` (a spread set's, the same on every node)."""
+        started = time.monotonic()
+        self.fire_lines(tag, blank)
+        t0 = time.perf_counter()
+        self.thaw()
+        out = self.wait(tag, started + timeout_s, since=started, poll_s=poll_s, kind=RegionReport, answered=answered)
+        self.fired(tag, t0, out)
+        return out
+
+    def fire_lines(self, tag: str, blank: bool) -> None:
+        """The fire line of ``tag`` in every rank's pipe (the set stopped)."""
+        line = protocol.go_line(tag, blank)
+        for pipe in self._pipes:
+            try:
+                pipe.write(line)
+                pipe.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                pass  # a dead rank: the wait that follows reports it
+
+    def fired(self, tag: str, t0: float, out: StepOutcome) -> None:
+        """``out``'s done and report times, microseconds from ``t0`` (this node's clock)."""
+        for rank in self.ranks:
+            at = self._reports[rank].done.pop(tag, None)
+            if at is not None:
+                out.done_us[rank] = (at - t0) * 1e6
+            if rank in out.arrived:
+                out.report_us[rank] = (out.arrived[rank] - t0) * 1e6
 
     def collect(self, tag: str, out: StepOutcome) -> None:
         """One look at each rank not yet accounted for in ``out``: its report, or (at most every

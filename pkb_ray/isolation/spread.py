@@ -33,9 +33,10 @@ from pkb_ray.isolation.memory import Unreadable
 from pkb_ray.isolation.ranks import POLL_S, RankIsolation, RankSet, StepOutcome, wait_for
 from pkb_ray.runner.protocol import tensor_file
 from pkb_ray.spec.names import Role
-from pkb_ray.spec.wire import Command, Exit, Ready, Report, RunTrials, Step
+from pkb_ray.spec.wire import Command, Exit, Ready, RegionReport, Report, RunTrials, Step, as_dict, parse_report
 
 REMOTE_POLL_S = 0.05  # a remote look costs a Ray call: look a little less often than locally
+REGION_POLL_S = 0.0002  # a host's own look at its pipes while a fired region runs
 
 
 class RankHost:
@@ -74,6 +75,14 @@ class RankHost:
 
     def send(self, set_id: str, cmd: Command) -> None:
         self.sets[set_id].send(cmd)
+
+    def fire(self, set_id: str, tag: str, blank: bool, timeout_s: float) -> dict[str, Any]:
+        """This node's part of a fired region (:meth:`RankSet.fire`), waited for here, where the
+        pipes are: its reports (raw), deaths, phases and the done and report times from its resume."""
+        ranks = self.sets[set_id]
+        out = ranks.fire_tagged(tag, blank, timeout_s, poll_s=REGION_POLL_S)
+        return {"reports": {r: as_dict(rep) for r, rep in out.reports.items()}, "dead": out.dead,
+                "phases": ranks.phases(), "done_us": out.done_us, "report_us": out.report_us}
 
     def poll(self, set_id: str, tag: str) -> dict[str, Any]:
         ranks = self.sets[set_id]
@@ -225,6 +234,31 @@ class SpreadRankSet:
         out = self.wait(cmd.tag, started + timeout_s, since=started, kind=cmd.answer, answered=answered)
         if out.ok and getattr(cmd, "out_dir", ""):
             self._bring_back(cmd)
+        return out
+
+    def fire(self, blank: bool, timeout_s: float, poll_s: float = POLL_S, answered=None) -> StepOutcome:
+        """As :meth:`RankSet.fire`: every node's host fires its part and waits for it where its pipes
+        are; each rank's times are from its own node's resume (the nodes resume a Ray call apart;
+        the collectives of the first call wait for the last)."""
+        started = time.monotonic()
+        tag = self.local.fire_tag()
+        refs = [r.host.fire.remote(r.set_id, tag, blank, timeout_s) for r in self.remotes]
+        out = self.local.fire_tagged(tag, blank, timeout_s, poll_s)
+        try:
+            parts = ray.get(refs, timeout=timeout_s + 30)
+        except Exception:  # noqa: BLE001 - a host that did not answer: its ranks are missing
+            parts = []
+        for part in parts:
+            for rank, raw in part["reports"].items():
+                out.reports[int(rank)] = parse_report(RegionReport, raw)
+            out.dead.update({int(r): c for r, c in part["dead"].items()})
+            out.phases.update({int(r): p for r, p in part["phases"].items()})
+            out.done_us.update({int(r): v for r, v in part["done_us"].items()})
+            out.report_us.update({int(r): v for r, v in part["report_us"].items()})
+        out.missing = [r for r in self.ranks if r not in out.reports and r not in out.dead]
+        out.elapsed_s = time.monotonic() - started
+        if answered is not None:
+            answered()
         return out
 
     def _prepare(self, remote: _Remote, cmd: Command) -> Command:

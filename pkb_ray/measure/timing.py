@@ -181,6 +181,49 @@ def calls_per_round(slowest_us_per_call: float, round_us: float, max_calls: int)
     return max(1, min(max_calls, math.ceil(round_us / slowest_us_per_call)))
 
 
+# A fired region's time (pkb_ray.evaluate.rounds): the parent's clock from resuming the side's set
+# to the last rank's done line, less the side's fixed work, plus what the candidate did after its
+# done lines beyond what the reference does there.
+NET_FLOOR = 0.02  # a region's calls are never read as less than this share of its time
+# the work after a candidate's done lines is charged beyond this quantile of the reference's: the
+# reference's own spread there, not a margin of its size (a margin would be time a cheat keeps)
+DEFER_QUANTILE = 0.9
+
+
+def fixed_times(ref_blanks_us: Sequence[float], cand_blanks_us: Sequence[float]) -> tuple[float, float]:
+    """The fixed work subtracted from each side's regions: (reference's, candidate's), from the
+    times of their blank regions (fired like the rest, no calls). The reference's is the median of
+    its own; the candidate's the smaller of its own median and the reference's, so a candidate
+    that makes its blanks slow to have more subtracted gains nothing, while one whose set wakes
+    faster than the clean set keeps that in its time. No blanks: nothing subtracted."""
+    if not ref_blanks_us:
+        return 0.0, 0.0
+    ref = statistics.median(ref_blanks_us)
+    return ref, min(ref, statistics.median(cand_blanks_us)) if cand_blanks_us else 0.0
+
+
+def deferral_allowance(ref_after_us: Sequence[float]) -> float:
+    """How long a region's work after its done lines (to its last report) may take uncharged: the
+    DEFER_QUANTILE of the reference's own (the same describing of the same outputs)."""
+    if not ref_after_us:
+        return math.inf
+    ordered = sorted(ref_after_us)
+    return ordered[max(0, math.ceil(DEFER_QUANTILE * len(ordered)) - 1)]
+
+
+def deferral_charge(after_us: float, allowance_us: float) -> float:
+    """What a candidate's region is charged for the work it did after its done lines beyond the
+    allowance (:func:`deferral_allowance`): a rank that says it is done before its calls end has
+    the rest counted."""
+    return max(0.0, after_us - allowance_us)
+
+
+def region_time(bracket_us: float, fixed_us: float, charge_us: float = 0.0) -> float:
+    """A fired region's calls' time: its bracket less the fixed work, plus the charge; never below
+    NET_FLOOR of the bracket (a fixed part measured high must not make a region free)."""
+    return max(bracket_us - fixed_us + charge_us, NET_FLOOR * bracket_us)
+
+
 def round_order(i: int) -> tuple[Side, Side]:
     """Which side goes first in round pair i: A B, then B A, and so on."""
     return (Side.REF, Side.CAND) if i % 2 == 0 else (Side.CAND, Side.REF)

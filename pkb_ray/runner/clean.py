@@ -79,7 +79,11 @@ class CleanSession(RankSession):
         buffers; or, with ``candidate``, made in buffers of their own and written into the
         candidate's staged tensors in the candidate's device memory through their IPC handles (the
         parent copies the rest from where this reports them). With ``keep``: the inputs of every
-        round of ``nonces`` made at once and kept, for the parent to copy (host memory only)."""
+        round of ``nonces`` made at once and kept, for the parent to copy (host memory only). With
+        no nonce and ``touch``: the toucher's kernel alone (before a blank region)."""
+        if not cmd.nonces and cmd.touch:
+            self._touch(cmd)
+            return FillReport(written=0)
         if self._staged is None or len(self._staged) != cmd.k:
             raise StepFailed(Status.RUNTIME_ERROR.value, f"fill: no inputs of {cmd.k} calls staged")
         self._phase("fill")

@@ -4,7 +4,13 @@ The parent sends one command per step on the rank's command pipe, a JSON line of
 :mod:`pkb_ray.spec.wire` record. The rank answers on its report pipe, one JSON line per message:
 ``{"tag": ..., "report": {...}}`` when a step ends (tag: the command's, unpredictable, so no report
 can be written ahead of its command), and ``{"phase": ...}`` when it starts something (what it was
-doing, for timeout messages). The parent reads them with a :class:`ReportReader`; a line that is
+doing, for timeout messages).
+
+A timed region is fired, not commanded: an armed rank (:meth:`pkb_ray.runner.session.RankSession.arm`)
+waits for a plain line ``go TAG`` (or ``blank TAG``: the same with no calls, which times the region's
+fixed work) on its command pipe, written while its set is stopped, and the first thing it sends
+after its calls (and the device's synchronisation) is ``{"done": TAG}``; the region's report follows
+under TAG. The parent's clock runs from resuming the set to that line (:mod:`pkb_ray.measure.timing`). The parent reads them with a :class:`ReportReader`; a line that is
 not a message becomes an ``unreadable_report``, and so does a report that is not the step's
 record (:func:`pkb_ray.spec.wire.parse_report`): the verdict calls both tampering. Pipes rather than files: on a VM's disk
 a file written, renamed and read costs ~0.7 ms, and its cost varies with the folder, so two rank
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +30,9 @@ from pkb_ray.spec.names import Side
 from pkb_ray.spec.wire import Step
 
 __all__ = ["Side", "Step", "StepFailed", "ReportReader", "use_report_pipe", "write_report", "set_phase",
-           "tensor_file"]
+           "tensor_file", "go_line", "parse_go", "mark_done"]
+
+GO, BLANK = "go", "blank"  # the first word of a fire line: the armed region's calls, or none of them
 
 
 class _ReportPipe:
@@ -70,6 +79,22 @@ def set_phase(phase: str) -> None:
     deliver({"phase": phase})
 
 
+def go_line(tag: str, blank: bool = False) -> bytes:
+    """The line that fires an armed rank's region (``blank``: with no calls)."""
+    return f"{BLANK if blank else GO} {tag}\n".encode()
+
+
+def parse_go(line: str) -> tuple[str, bool] | None:
+    """(tag, blank) of a fire line; None for any other line (a JSON command)."""
+    word, _, tag = line.strip().partition(" ")
+    return (tag, word == BLANK) if word in (GO, BLANK) and tag else None
+
+
+def mark_done(tag: str) -> None:
+    """The fired region's calls are done: the parent's clock stops where it reads this line."""
+    os.write(_report_pipe.fd, b'{"done": "%s"}\n' % tag.encode())
+
+
 class ReportReader:
     """The parent's end of one rank's report pipe, read without blocking."""
 
@@ -81,6 +106,7 @@ class ReportReader:
         self.phase = "starting"
         self.eof = False
         self._reports: dict[str, dict[str, Any]] = {}
+        self.done: dict[str, float] = {}  # fire tag -> time.perf_counter() when its done line was read
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._garbage = ""
@@ -130,7 +156,9 @@ class ReportReader:
             message = json.loads(line)
         except ValueError:
             message = None
-        if isinstance(message, dict) and isinstance(message.get("phase"), str):
+        if isinstance(message, dict) and isinstance(message.get("done"), str) and len(message) == 1:
+            self.done.setdefault(message["done"], time.perf_counter())  # the first: a repeat changes nothing
+        elif isinstance(message, dict) and isinstance(message.get("phase"), str):
             self.phase = message["phase"][:500]
         elif isinstance(message, dict) and isinstance(message.get("tag"), str) and isinstance(message.get("report"), dict):
             if message["tag"] == Step.READY and Step.READY in self._reports:

@@ -102,8 +102,19 @@ def _join_group(args: argparse.Namespace, job_dir: Path, device) -> None:
 
 def _obey(session, commands) -> None:
     """Run each command of the pipe until ``exit`` (or the pipe's end), reporting each step's
-    record, or its failure: whatever a step raises is its verdict, not the rank's end."""
+    record, or its failure: whatever a step raises is its verdict, not the rank's end. A fire line
+    (``go TAG``, ``blank TAG``) runs the armed region at once, with nothing to decode first."""
     for line in commands:
+        fired = protocol.parse_go(line)
+        if fired is not None:
+            try:
+                report = session.fire(*fired)
+            except protocol.StepFailed as failure:
+                report = wire.Failure(status=failure.status, message=failure.message)
+            except BaseException:  # noqa: BLE001
+                report = wire.Failure(status=Status.RUNTIME_ERROR.value, message=traceback.format_exc())
+            protocol.write_report(fired[0], wire.as_dict(report))
+            continue
         cmd = wire.decode_command(line)
         if isinstance(cmd, wire.Exit):
             break

@@ -292,6 +292,9 @@ class TimeRegion(Command):
     graph: bool  # one replay of the captured graph instead of k eager calls
     staged: bool = False  # on the staged buffers as the trusted side filled them (no nonce: none is sent)
     described: bool = False  # the parent holds this capture's layouts: a rank may report them as_before
+    # armed, not run: the rank answers at once and runs the region on each fire line later
+    # (pkb_ray.runner.protocol.go_line), until another region, stage or capture
+    fire: bool = False
 
 
 @record
