@@ -49,6 +49,7 @@ from pkb_ray.spec.wire import (Answer, Capture, Case, CheckTimed, Command, Fill,
                            TimeRegion, Tol, Watch)
 
 REGION_POLL_S = 0.0002  # the parent's bracket is as fine as its look at the reports
+FIRE_POLL_S = 0.02  # a fired region's wait: woken by the lines themselves; this bounds a look for deaths
 # A graph replay's region holds at most this many times the eager region's calls. More calls share
 # the synchronisations around a region better, but every call still costs its fresh inputs and
 # its commitment on the rank: on 1 x H200 (NCCL at W=1), 16x read 1.07-1.10 us a call at 4 KiB
@@ -292,7 +293,9 @@ class RoundDriver:
         left = self.deadline.left(self.cfg.timeout_s, margin=MARGIN_S if side is Side.REF else 0.0)
         ends: list = []
         self._stopped[id(ranks)] = False
-        outcome = ranks.fire(blank, left, poll_s=REGION_POLL_S, answered=lambda: ends.append(self._stop(ranks)))
+        # the wait sleeps in select until a line lands (no polling: a parent that wakes every few
+        # hundred microseconds takes the core a rank is pinned to, and delays its wake-up by a time slice)
+        outcome = ranks.fire(blank, left, poll_s=FIRE_POLL_S, answered=lambda: ends.append(self._stop(ranks)))
         stopped = ends[0] if ends else self._stop(ranks)
         if self._concluded(side, outcome, stopped, Step.REGION, what) is None:
             return None
@@ -309,7 +312,7 @@ class RoundDriver:
                 for rank, rep in outcome.reports.items():
                     self.allocations.setdefault(rank, {}).update(rep.handles)
         return Region(side=side, k=k, bracket_us=done, reports=reports, nonce=nonce, mode=mode,
-                      arrived_us=dict(outcome.done_us), after_us=after)
+                      arrived_us=dict(outcome.done_us), after_us=after, started=outcome.resumed)
 
     def _stage(self, mode: str, k: int) -> bool:
         """Both sides' staged inputs for the mode's k timed calls (:mod:`pkb_ray.evaluate.staging`): the

@@ -71,6 +71,7 @@ class StepOutcome:
     # (pkb_ray.runner.protocol.mark_done), and to its report, on the clock of the node that resumed it
     done_us: dict[int, float] = field(default_factory=dict)
     report_us: dict[int, float] = field(default_factory=dict)
+    resumed: float = 0.0  # a fired region's: time.perf_counter() when the set was resumed
 
     @property
     def ok(self) -> bool:
@@ -407,6 +408,7 @@ class RankSet:
 
     def fired(self, tag: str, t0: float, out: StepOutcome) -> None:
         """``out``'s done and report times, microseconds from ``t0`` (this node's clock)."""
+        out.resumed = t0
         for rank in self.ranks:
             at = self._reports[rank].done.pop(tag, None)
             if at is not None:

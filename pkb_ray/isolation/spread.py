@@ -36,7 +36,6 @@ from pkb_ray.spec.names import Role
 from pkb_ray.spec.wire import Command, Exit, Ready, RegionReport, Report, RunTrials, Step, as_dict, parse_report
 
 REMOTE_POLL_S = 0.05  # a remote look costs a Ray call: look a little less often than locally
-REGION_POLL_S = 0.0002  # a host's own look at its pipes while a fired region runs
 
 
 class RankHost:
@@ -80,7 +79,7 @@ class RankHost:
         """This node's part of a fired region (:meth:`RankSet.fire`), waited for here, where the
         pipes are: its reports (raw), deaths, phases and the done and report times from its resume."""
         ranks = self.sets[set_id]
-        out = ranks.fire_tagged(tag, blank, timeout_s, poll_s=REGION_POLL_S)
+        out = ranks.fire_tagged(tag, blank, timeout_s)
         return {"reports": {r: as_dict(rep) for r, rep in out.reports.items()}, "dead": out.dead,
                 "phases": ranks.phases(), "done_us": out.done_us, "report_us": out.report_us}
 

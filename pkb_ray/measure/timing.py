@@ -190,25 +190,33 @@ NET_FLOOR = 0.02  # a region's calls are never read as less than this share of i
 DEFER_QUANTILE = 0.9
 
 
+FIXED_QUANTILE = 0.25  # of a side's blank regions: the fixed work without the odd late wake-up
+
+
+def low_quantile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (the lower of the two nearest, none interpolated)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
 def fixed_times(ref_blanks_us: Sequence[float], cand_blanks_us: Sequence[float]) -> tuple[float, float]:
     """The fixed work subtracted from each side's regions: (reference's, candidate's), from the
-    times of their blank regions (fired like the rest, no calls). The reference's is the median of
-    its own; the candidate's the smaller of its own median and the reference's, so a candidate
-    that makes its blanks slow to have more subtracted gains nothing, while one whose set wakes
-    faster than the clean set keeps that in its time. No blanks: nothing subtracted."""
+    times of their blank regions (fired like the rest, no calls). The reference's is the
+    FIXED_QUANTILE of its own (a rank's wake-up now and then waits a scheduler slice, in blanks as
+    in regions: the regions' median shrugs it off, and so does this); the candidate's the smaller
+    of its own and the reference's, so a candidate that makes its blanks slow to have more
+    subtracted gains nothing, while one whose set wakes faster than the clean set keeps that in
+    its time. No blanks: nothing subtracted."""
     if not ref_blanks_us:
         return 0.0, 0.0
-    ref = statistics.median(ref_blanks_us)
-    return ref, min(ref, statistics.median(cand_blanks_us)) if cand_blanks_us else 0.0
+    ref = low_quantile(ref_blanks_us, FIXED_QUANTILE)
+    return ref, min(ref, low_quantile(cand_blanks_us, FIXED_QUANTILE)) if cand_blanks_us else 0.0
 
 
 def deferral_allowance(ref_after_us: Sequence[float]) -> float:
     """How long a region's work after its done lines (to its last report) may take uncharged: the
     DEFER_QUANTILE of the reference's own (the same describing of the same outputs)."""
-    if not ref_after_us:
-        return math.inf
-    ordered = sorted(ref_after_us)
-    return ordered[max(0, math.ceil(DEFER_QUANTILE * len(ordered)) - 1)]
+    return low_quantile(ref_after_us, DEFER_QUANTILE) if ref_after_us else math.inf
 
 
 def deferral_charge(after_us: float, allowance_us: float) -> float:

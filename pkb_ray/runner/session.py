@@ -140,6 +140,7 @@ class RankSession:
         synchronisation) the ``done`` line first, then where the outputs lie, as :meth:`region`
         says it. The parent's clock runs from resuming the set to the done line
         (:mod:`pkb_ray.measure.timing`); the set stays armed for the next fire."""
+        received = time.perf_counter()  # a diagnostic: RegionReport.stamps
         armed = self._armed
         if armed is None:
             raise StepFailed(Status.RUNTIME_ERROR.value, "a region was fired with none armed")
@@ -152,7 +153,8 @@ class RankSession:
                     self._tick.add_(1)  # the region's first device work (a switch of context, where one is due)
                 device_sync(self.device)
                 mark_done(tag)
-                return RegionReport(us=0.0, calls=[], devices=[])
+                return RegionReport(us=0.0, calls=[], devices=[], stamps=[received, 0.0, time.perf_counter(), 0.0])
+            started = time.perf_counter()
             try:
                 if armed.captured is not None:
                     outs, us = armed.captured.outputs, timed_replay(armed.captured.graph, armed.cmd.k, self.device)
@@ -174,7 +176,7 @@ class RankSession:
         armed.described = armed.described or (captured is not None and bool(placed))
         gc.collect(0)  # this region's garbage, before the next is fired (both sides alike, after their done)
         return RegionReport(us=us, calls=placed, devices=output_devices(outs[0]), handles=self.exported(),
-                            stamps=[0.0, 0.0, done, time.perf_counter()], as_before=as_before)
+                            stamps=[received, started, done, time.perf_counter()], as_before=as_before)
 
     def _placed_region(self, outs: list[Any], calls: list[Any], staged: bool, captured: Any) -> list[list]:
         """:meth:`placed` for a timed region, without describing again what has not moved: staged
