@@ -33,6 +33,9 @@
 #             tests/test_trust_on_gpu.py and tests/test_interference_on_gpu.py (logs in $OUT/*.log), then
 #             reference copies' brackets, eager and graph, with the clean rank's toucher
 #                                                                              -> $OUT/bracket_touch.json
+#   ladder    scripts/bench_ladder.py at W=1, default size, eager then graph: candidates doing the work
+#             8, 4, 2, 1 times and references doing it 2 and 4 times (LADDER_SET="--set k=v ...")
+#                                                                              -> $OUT/ladder_{eager,graph}.json
 #   nodes     scripts/emulate_nodes.py       the collectives inside one node and across two fake nodes
 #                                            (one GPU each, NCCL over sockets)        -> $OUT/baselines_nodes/
 set -uo pipefail
@@ -71,6 +74,10 @@ for step in $STEPS; do
                pytest_log 150 interference tests/test_interference_on_gpu.py
                timeout 90 python3 scripts/bench_bracket.py --max-calls 500 --modes eager,graph --reps 3 --touch \
                  --out "$OUT/bracket_touch.json" 2>&1 | tail -8 ;;
+    ladder)    for mode in eager graph; do  # issue 63: speedups whose truth is known, 1/8 .. 4, W=1
+                 timeout "${LADDER_S:-200}" python3 scripts/bench_ladder.py --sizes default --modes $mode --ns 8,4,2,1 \
+                   --ms 2,4 ${LADDER_SET:-} --out "$OUT/ladder_$mode.json" 2>&1 | grep '^{' | cut -c1-260
+               done ;;
     graph)     timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_graph_on_gpu.py 2>&1 | tail -40 ;;
     graph_bench) timeout 540 python3 scripts/bench_kernels.py --device cuda --timing-mode both --copies --timeout 40 \
                  ${KERNELS:+--only "$KERNELS"} --out "$OUT/kernels_graph.json" 2>&1 | grep -v Warning ;;

@@ -27,6 +27,7 @@ by the sample's :class:`~pkb_ray.evaluate.deadlines.Deadline` (the clean set's b
 from __future__ import annotations
 
 import secrets
+import statistics
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -40,7 +41,8 @@ from pkb_ray.isolation.ranks import Ranks, StepOutcome
 from pkb_ray.measure.correctness import entry_span, in_allocations
 from pkb_ray.measure.correctness import layout_aliases
 from pkb_ray.measure.keys import InputKeys
-from pkb_ray.measure.timing import calls_per_round, deferral_allowance, deferral_charge, fixed_times, round_order
+from pkb_ray.measure.timing import (calls_per_round, deferral_allowance, deferral_charge, fixed_times, round_order,
+                                   speedup_interval)
 from pkb_ray.runner.protocol import tensor_file
 from pkb_ray.spec.config import EvalConfig
 from pkb_ray.spec.names import Side
@@ -56,7 +58,8 @@ FIRE_POLL_S = 0.02  # a fired region's wait: woken by the lines themselves; this
 # against 1.19-1.26 us at 4x, and made the timing step 2-5x dearer (docs/benchmarks/timing.md).
 GRAPH_CALLS_FACTOR = 4
 FREEZE_TIMEOUT_S = 5.0  # how long the candidate's processes may take to stop (one in a driver call)
-BLANK_EVERY = 2  # a blank region a side every this many rounds (the fixed work subtracted: settle)
+BLANK_EVERY = 4  # a blank region a side every this many rounds (the fixed work subtracted: settle)
+STOP_EVERY = 10  # rounds between looks at the speedup's interval (sequential stopping: eval.min_rounds)
 KEEP_BYTES = 256 << 20  # a clean rank's rounds of inputs made ahead, at most (host memory only)
 
 
@@ -224,7 +227,8 @@ class RoundDriver:
         probability ``checked_calls`` / all the mode's calls, independently); when the round ends
         it compares them with the reference's same calls (:meth:`_check_round`)."""
         cfg = self.cfg
-        chance = min(1.0, cfg.checked_calls / max(1, cfg.rounds * k))
+        # checks a sample of the calls of the rounds it will surely have (sequential stopping may end them early)
+        chance = min(1.0, cfg.checked_calls / max(1, min(cfg.rounds, cfg.min_rounds or cfg.rounds) * k))
         if not self._stage(mode, k):
             return False
         for side in Side:
@@ -250,11 +254,28 @@ class RoundDriver:
                     if side is Side.CAND:
                         self._check_remote(region, i, chance)
                 self._check_round(pair_[Side.REF], pair_[Side.CAND])
+                if self._settled(i + 1, regions, blanks):
+                    break
         finally:  # the regions timed so far, with their fixed work settled, whatever ended the rounds
             settle(regions, blanks)
             self.timing.regions.extend(regions)
             self.timing.blanks.extend(blanks)
         return True
+
+    def _settled(self, done: int, regions: list[Region], blanks: list[Region]) -> bool:
+        """Sequential stopping (``eval.min_rounds``): after ``done`` rounds, whether the speedup's
+        interval already lies within ``eval.target_halfwidth`` of it (looked at every STOP_EVERY
+        rounds from ``min_rounds`` on)."""
+        cfg = self.cfg
+        if cfg.min_rounds is None or done < cfg.min_rounds or (done - cfg.min_rounds) % STOP_EVERY:
+            return False
+        settle(regions, blanks)
+        ref, cand = ([r.us_per_call for r in regions if r.side is side] for side in Side)
+        spread = speedup_interval(ref, cand)
+        if spread is None:
+            return False
+        mid = statistics.median(ref) / max(statistics.median(cand), 1e-12)
+        return (spread[1] - spread[0]) / 2 <= cfg.target_halfwidth * mid
 
     def _arm(self, side: Side, k: int, mode: str, what: str) -> bool:
         """``side``'s ranks armed with the mode's region of k calls on their staged inputs (the

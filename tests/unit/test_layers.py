@@ -24,13 +24,14 @@ LAYERS = {  # 7 = the command, 6 = entry points ... 1 = pure data and rules
     1: ["problem", "spec.schema", "results.metrics", "results.intervals", "measure.timing", "measure.correctness", "spec.config", "spec.placement", "results.parquet", "generate.samples",
         "pipeline.selection", "evaluate.verdict", "spec.wire", "spec.paths", "spec.names", "pipeline.scheduler", "evaluate.interference", "evaluate.deadlines", "spec.formats",
         "problems.backend_rules", "serve", "serve.client", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.format",
-        "pkb.settings", "pkb.verdict", "problem_helpers", "spec.compose", "results.storage", "measure.keys", "evaluate.staging"],
+        "pkb.settings", "pkb.verdict", "problem_helpers", "spec.compose", "results.storage", "measure.keys", "evaluate.staging",
+        "problems.ladders"],
 }
 PURE = [  # no Ray, no processes
     "problem", "problem_helpers", "spec.schema", "results.metrics", "results.intervals", "measure.timing", "measure.correctness", "spec.config", "spec.placement", "results.parquet",
     "generate.samples", "pipeline.selection", "evaluate.verdict", "spec.wire", "spec.paths", "spec.names", "pipeline.scheduler", "evaluate.interference", "evaluate.deadlines", "spec.formats",
     "problems.backend_rules", "pkb", "pkb.checkout", "pkb.runtime", "pkb.shims", "pkb.solutions", "pkb.format", "pkb.settings",
-    "pkb.verdict", "spec.compose", "results.storage", "measure.keys", "evaluate.staging"]
+    "pkb.verdict", "spec.compose", "results.storage", "measure.keys", "evaluate.staging", "problems.ladders"]
 LAYER = {f"pkb_ray.{m}": n for n, mods in LAYERS.items() for m in mods}
 ROOMS = sorted(p.name for p in (REPO / "pkb_ray").iterdir() if (p / "__init__.py").is_file())
 LAYER.update({f"pkb_ray.{room}": 1 for room in ROOMS if f"pkb_ray.{room}" not in LAYER})  # docstrings only
