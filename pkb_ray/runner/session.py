@@ -21,23 +21,15 @@ import torch.distributed as dist
 
 from pkb_ray.measure.correctness import copy_tree, cuda_pointers, layout, output_devices, tensors
 from pkb_ray.measure.keys import SHARED, TIMED, derived
-from pkb_ray.measure.timing import call_seed, device_sync, fresh_calls, timed_region, timed_replay
+from pkb_ray.measure.timing import call_seed, fresh_calls, timed_region, timed_replay
 from pkb_ray.problem import DTYPES, InputContext, Problem, load_problem
+from pkb_ray.runner.firing import Armed, fire
 from pkb_ray.runner.graphs import Captured, capture_calls, same_layout
 from pkb_ray.runner.loading import candidate_traceback
-from pkb_ray.runner.protocol import Side, StepFailed, mark_done, set_phase
+from pkb_ray.runner.protocol import Side, StepFailed, set_phase
 from pkb_ray.runner.tensor_io import canonical
 from pkb_ray.spec.names import Status
 from pkb_ray.spec.wire import Capture, CaptureReport, Command, RegionReport, Report, Stage, StageReport, TimeRegion
-
-
-class _Armed:
-    """A region armed to be fired (:meth:`RankSession.fire`): its command, calls and function."""
-
-    def __init__(self, cmd: TimeRegion, calls: list, fn: Callable[..., Any], captured: Captured | None, what: str,
-                 described: bool):
-        self.cmd, self.calls, self.fn, self.captured, self.what = cmd, calls, fn, captured, what
-        self.described = described  # the parent holds the graph's layouts: later fires say as_before
 
 
 class RankSession:
@@ -59,8 +51,8 @@ class RankSession:
         self._exporter = None  # the IPC handles of the device allocations its tensors lie in (CUDA only)
         self._staged: list[tuple] | None = None  # the timed calls' inputs, as the trusted side fills them (stage)
         self._staged_layouts: list[list] = []  # where they lie, as the stage reported
-        self._armed: _Armed | None = None  # the region a fire line runs (TimeRegion.fire), until disarmed
-        self._tick: torch.Tensor | None = None  # a blank region's one device operation
+        self._armed: Armed | None = None  # the region a fire line runs (TimeRegion.fire), until disarmed
+        self.tick: torch.Tensor | None = None  # a blank region's one device operation (runner.firing)
 
     def steps(self) -> dict[type[Command], Callable[[Any], Report]]:
         """The commands this kind of set obeys, and the method that runs each."""
@@ -105,7 +97,7 @@ class RankSession:
                 calls = captured.inputs  # what the replay reads
         fn = self.timed_fn()
         if cmd.fire:  # fired later by a line: nothing of this step's work is timed
-            self._armed = _Armed(cmd, calls, fn, captured, what, described=cmd.described)
+            self._armed = Armed(cmd, calls, fn, captured, what, described=cmd.described)
             gc.collect(0)
             return RegionReport(us=0.0, calls=[], devices=[], handles=self.exported())
         gc.collect(0)  # the young generation only: a full collection costs ~170 ms with torch loaded
@@ -135,48 +127,8 @@ class RankSession:
                             stamps=[self._received, passed, done, time.perf_counter()], as_before=as_before)
 
     def fire(self, tag: str, blank: bool) -> RegionReport:
-        """The armed region's calls, run at once on a fire line (``blank``: none of them): no
-        barrier, no collection, no message before them; after them (and the device's
-        synchronisation) the ``done`` line first, then where the outputs lie, as :meth:`region`
-        says it. The parent's clock runs from resuming the set to the done line
-        (:mod:`pkb_ray.measure.timing`); the set stays armed for the next fire."""
-        received = time.perf_counter()  # a diagnostic: RegionReport.stamps
-        armed = self._armed
-        if armed is None:
-            raise StepFailed(Status.RUNTIME_ERROR.value, "a region was fired with none armed")
-        gc.disable()  # a collection inside a region would be charged to whichever side triggered it
-        try:
-            if blank:  # the same fixed work around no calls: resumed, one device operation, synchronised
-                if self.device.type == "cuda":
-                    if self._tick is None:
-                        self._tick = torch.zeros(1, device=self.device)
-                    self._tick.add_(1)  # the region's first device work (a switch of context, where one is due)
-                device_sync(self.device)
-                mark_done(tag)
-                return RegionReport(us=0.0, calls=[], devices=[], stamps=[received, 0.0, time.perf_counter(), 0.0])
-            started = time.perf_counter()
-            try:
-                if armed.captured is not None:
-                    outs, us = armed.captured.outputs, timed_replay(armed.captured.graph, armed.cmd.k, self.device)
-                else:
-                    outs, us = timed_region(armed.fn, armed.calls, self.device)
-            except BaseException:  # noqa: BLE001
-                self._armed = None
-                raise StepFailed(Status.RUNTIME_ERROR.value,
-                                 f"timed call, {armed.what}:\n{candidate_traceback()}") from None
-            done = time.perf_counter()
-            mark_done(tag)
-        finally:
-            gc.enable()
-        cmd, captured = armed.cmd, armed.captured
-        self._held = (outs, armed.calls) if cmd.hold else None
-        as_before = bool(armed.described and cmd.hold and cmd.staged and captured is not None
-                         and captured.output_layouts is not None)
-        placed = self._placed_region(outs, armed.calls, cmd.staged, captured) if cmd.hold and not as_before else []
-        armed.described = armed.described or (captured is not None and bool(placed))
-        gc.collect(0)  # this region's garbage, before the next is fired (both sides alike, after their done)
-        return RegionReport(us=us, calls=placed, devices=output_devices(outs[0]), handles=self.exported(),
-                            stamps=[received, started, done, time.perf_counter()], as_before=as_before)
+        """The armed region, fired by a line (:func:`pkb_ray.runner.firing.fire`)."""
+        return fire(self, tag, blank)
 
     def _placed_region(self, outs: list[Any], calls: list[Any], staged: bool, captured: Any) -> list[list]:
         """:meth:`placed` for a timed region, without describing again what has not moved: staged

