@@ -35,13 +35,13 @@ _LADDER_POOL = {{"key": None, "sets": [], "next": 0}}
 
 def _ladder_key(value):
     import torch
-    if isinstance(value, torch.Tensor):
-        return ("t", tuple(value.shape), str(value.dtype), str(value.device))
+    if isinstance(value, torch.Tensor):  # torch's own objects: compared in a microsecond, no strings made
+        return (value.shape, value.dtype, value.device)
     if isinstance(value, (list, tuple)):
         return tuple(_ladder_key(v) for v in value)
     if isinstance(value, dict):
-        return tuple((k, _ladder_key(v)) for k, v in sorted(value.items()))
-    return ("v", id(value))
+        return tuple((k, _ladder_key(v)) for k, v in value.items())
+    return id(value)
 
 
 def _ladder_clone(value):
@@ -55,14 +55,15 @@ def _ladder_clone(value):
     return value
 
 
-def _ladder_repeat(fn, *args, **kwargs):
+def _ladder_repeat(fn, times, *args, **kwargs):
     pool = _LADDER_POOL
-    key = _ladder_key((args, kwargs))
+    key = _ladder_key((args, kwargs))  # once a call, not once a repeat
     if pool["key"] != key:
         pool.update(key=key, sets=[_ladder_clone((args, kwargs)) for _ in range({POOL_SETS})], next=0)
-    own_args, own_kwargs = pool["sets"][pool["next"] % len(pool["sets"])]
-    pool["next"] += 1
-    return fn(*own_args, **own_kwargs)
+    for _ in range(times):
+        own_args, own_kwargs = pool["sets"][pool["next"] % len(pool["sets"])]
+        pool["next"] += 1
+        fn(*own_args, **own_kwargs)
 '''
 
 
@@ -126,17 +127,15 @@ def _repeating(args: ast.arguments, times: int) -> ast.FunctionDef:
     """``def solution(<args>)``: ``times - 1`` calls of the original, then the returned one."""
     body: list[ast.stmt] = []
     if times > 1:
-        body.append(ast.For(target=ast.Name("_", ast.Store()),
-                            iter=ast.Call(ast.Name("range", ast.Load()), [ast.Constant(times - 1)], []),
-                            body=[ast.Expr(_forwarding_call(args, repeat=True))], orelse=[]))
+        body.append(ast.Expr(_forwarding_call(args, repeat=times - 1)))
     body.append(ast.Return(_forwarding_call(args)))
     return ast.FunctionDef(name="solution", args=copy.deepcopy(args), body=body, decorator_list=[],
                            returns=None, type_comment=None, type_params=[])
 
 
-def _forwarding_call(args: ast.arguments, repeat: bool = False) -> ast.Call:
+def _forwarding_call(args: ast.arguments, repeat: int = 0) -> ast.Call:
     """``_solution_once(...)`` passing every parameter on as it was received; with ``repeat``,
-    ``_ladder_repeat(_solution_once, ...)`` (on copies of its own)."""
+    ``_ladder_repeat(_solution_once, repeat, ...)``: that many calls, on copies of their own."""
     def name(arg: ast.arg) -> ast.Name:
         return ast.Name(arg.arg, ast.Load())
 
@@ -147,7 +146,8 @@ def _forwarding_call(args: ast.arguments, repeat: bool = False) -> ast.Call:
     if args.kwarg:
         keywords.append(ast.keyword(None, name(args.kwarg)))
     if repeat:
-        return ast.Call(ast.Name("_ladder_repeat", ast.Load()), [ast.Name(ONCE, ast.Load()), *positional], keywords)
+        return ast.Call(ast.Name("_ladder_repeat", ast.Load()),
+                        [ast.Name(ONCE, ast.Load()), ast.Constant(repeat), *positional], keywords)
     return ast.Call(ast.Name(ONCE, ast.Load()), positional, keywords)
 
 

@@ -69,4 +69,5 @@ def test_written_ladder_problems_load_as_problems(tmp_path):
     assert problem.id == "all_reduce_x4"
     tree = ast.parse((tmp_path / "all_reduce_x4.py").read_text())
     loops = [n for n in ast.walk(tree) if isinstance(n, ast.For)]
-    assert len(loops) == 1 and ast.unparse(loops[0].iter) == "range(3)"
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) == "_ladder_repeat"]
+    assert len(loops) == 1 and len(calls) == 1 and ast.unparse(calls[0].args[1]) == "3"  # 3 repeats, then the call
