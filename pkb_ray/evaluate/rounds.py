@@ -58,7 +58,10 @@ FIRE_POLL_S = 0.02  # a fired region's wait: woken by the lines themselves; this
 # against 1.19-1.26 us at 4x, and made the timing step 2-5x dearer (docs/benchmarks/timing.md).
 GRAPH_CALLS_FACTOR = 4
 FREEZE_TIMEOUT_S = 5.0  # how long the candidate's processes may take to stop (one in a driver call)
-BLANK_EVERY = 4  # a blank region a side every this many rounds (the fixed work subtracted: settle)
+# a side's blank regions (the fixed work subtracted: settle) come in the first two rounds of every
+# BLANK_EVERY: once where the side goes first (its set resumed right after its own last region) and
+# once second (after the other set's), as its regions come
+BLANK_EVERY = 4
 STOP_EVERY = 10  # rounds between looks at the speedup's interval (sequential stopping: eval.min_rounds)
 KEEP_BYTES = 256 << 20  # a clean rank's rounds of inputs made ahead, at most (host memory only)
 
@@ -178,7 +181,7 @@ class RoundDriver:
             nonces = [self.rng.getrandbits(56) for _ in range(self.cfg.rounds)]
             regions, blanks = [], []
             for i, nonce in enumerate(nonces):
-                if i % BLANK_EVERY == 0:
+                if i % BLANK_EVERY < 2:
                     blanks.append(self._blank(Side.REF, mode, f"quiet {mode} round {i}"))
                 self._fill(mode, k, nonces, i, Side.REF, f"quiet {mode} round {i}")
                 regions.append(self._fire(Side.REF, k, f"quiet {mode} round {i}", mode, nonce))
@@ -240,7 +243,7 @@ class RoundDriver:
             for i, nonce in enumerate(nonces):
                 pair_ = {}
                 for side in round_order(i):
-                    if i % BLANK_EVERY == 0:
+                    if i % BLANK_EVERY < 2:  # a blank a side in two rounds running: going first, then second
                         blank = self._blank(side, mode, f"{mode} round {i}")
                         if blank is None:
                             return False

@@ -23,16 +23,25 @@ region (:mod:`pkb_ray.evaluate.rounds`), and times it with its own clock:
    signs stay signs. A base set with no floating-point tensor is drawn anew by ``make_inputs`` from
    :func:`call_seed` (nonce, n) instead. Memoising by address, by sampled values or by a hash of
    the inputs gains nothing.
-4. A region: the side's set is resumed, all its ranks meet at a barrier, the side is called ``k``
-   times back to back on its staged inputs (or one CUDA graph replay of ``k`` captured calls, in
-   graph mode), every stream of the device is synchronised, each rank says where each call's
-   outputs and inputs lie and reports; the parent then stops the set and sees every process of it
-   stopped. The region's time is the parent's clock from resuming the set to seeing it stopped:
-   whatever the side does in between, its own timer or report included, is its time, and nothing
-   it does can happen after. The reference's regions hold the same fixed work (resuming, barrier,
-   report, stopping), so it cancels in a copy; a region's figure is its time / ``k``. What a rank
-   reports of its own time is kept as a diagnostic only. (Warmup and calibration regions, untimed,
-   make their inputs themselves.)
+4. A region is fired, not commanded. Once a mode, after staging, each side's ranks are armed with
+   it (a ``region`` command with ``fire``: decoded, its calls laid out, the young generation
+   collected, all untimed). For each region the parent writes a fire line (``go TAG``, a fresh
+   unpredictable tag) into every rank's pipe while the set is stopped, then resumes the set: each
+   rank wakes with the line waiting, calls its side ``k`` times back to back on its staged inputs
+   (or replays its graph), synchronises every stream of the device, and sends ``{"done": TAG}``
+   first; the layouts and the report follow, and the parent stops the set once every report
+   came. The region's bracket is the parent's clock from the resume to the last rank's done line:
+   no barrier, no decoding, no report and no stop inside it. What remains inside besides the
+   calls (the wake-up after the resume, the fire line read, the device's first work and its
+   synchronisation, the done line's delivery) is the side's *fixed work*: every ``BLANK_EVERY``
+   rounds each side is also fired blank (``blank TAG``: the same with no calls, after the same
+   switch of device context), and the median of a side's blanks (fired where its regions are: right after its own last region and after the other set's) is subtracted from each
+   of its regions (:func:`fixed_times`: the candidate's at most ``FIXED_CAP`` times the
+   reference's, so a sample that slows its blanks gains little). Work a rank does after its done
+   line is charged where it exceeds the reference's there (:func:`deferral_charge`), so saying
+   "done" early gains nothing. A region's time: :func:`region_time`; its figure per call that
+   over ``k``. What a rank reports of its own time is kept as a diagnostic only. (Warmup and
+   calibration regions, untimed, are commanded and make their inputs themselves.)
    Graph mode (``eval.timing_mode``): after calibration each side's ``k`` calls, on ``k`` input
    buffers of their own, are captured once into a CUDA graph; those buffers are the side's staged
    ones, and a region times one replay the same way. Only the device's work is timed, as
@@ -46,9 +55,11 @@ region (:mod:`pkb_ray.evaluate.rounds`), and times it with its own clock:
    clean rank reads them and recomputes the reference (:mod:`pkb_ray.evaluate.rounds`). A candidate that caches
    an answer, or returns garbage when it thinks no one looks, fails checks it cannot predict.
 6. Per side: the median over regions of time / ``k`` is its time (the whole set's, so its slowest
-   rank's, since the bracket ends when the last rank's report came and the set stopped); per rank
-   the median of the time to its own report, with the inter-quartile range as the spread.
-   speedup = reference time / candidate time.
+   rank's: the bracket ends at the last done line); per rank the median of the time to its own
+   done line, with the inter-quartile range as the spread. speedup = reference time / candidate
+   time. With ``min_rounds`` (sequential stopping) the rounds end once the speedup's 95 %
+   interval (:func:`speedup_interval`) lies within ``target_halfwidth`` of it, looked at every
+   10 rounds, at most ``rounds``.
 7. Each gang keeps a quiet baseline of each reference it times (the same regions with no
    candidate alive); a reference that ran materially slower beside a sample is evidence of
    interference (:mod:`pkb_ray.evaluate.interference`).
@@ -190,7 +201,7 @@ NET_FLOOR = 0.02  # a region's calls are never read as less than this share of i
 DEFER_QUANTILE = 0.9
 
 
-FIXED_QUANTILE = 0.25  # of a side's blank regions: the fixed work without the odd late wake-up
+FIXED_QUANTILE = 0.5  # of a side's blank regions: their median, as the regions' time is theirs
 # A candidate's set wakes 50-100 us slower than the clean set on an H100 (a fresh sandbox's process;
 # docs/benchmarks/trust.md): its own fixed work is subtracted, up to this multiple of the
 # reference's. A candidate that slows its blanks on purpose gains at most the excess (FIXED_CAP - 1)
@@ -206,9 +217,9 @@ def low_quantile(values: Sequence[float], q: float) -> float:
 
 def fixed_times(ref_blanks_us: Sequence[float], cand_blanks_us: Sequence[float]) -> tuple[float, float]:
     """The fixed work subtracted from each side's regions: (reference's, candidate's), from the
-    times of their blank regions (fired like the rest, no calls). Each side's is the FIXED_QUANTILE
-    of its own (a rank's wake-up now and then waits a scheduler slice, in blanks as in regions: the
-    regions' median shrugs it off, and so does this); the candidate's at most FIXED_CAP times the
+    times of their blank regions (fired like the rest, no calls, in the same places among the
+    rounds). Each side's is the FIXED_QUANTILE of its own (the median: a region's time is the
+    median region's, odd late wake-ups included as often); the candidate's at most FIXED_CAP times the
     reference's, so a candidate that makes its blanks slow to have more subtracted gains at most
     that excess. No blanks: nothing subtracted."""
     if not ref_blanks_us:

