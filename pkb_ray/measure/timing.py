@@ -35,8 +35,9 @@ region (:mod:`pkb_ray.evaluate.rounds`), and times it with its own clock:
    calls (the wake-up after the resume, the fire line read, the device's first work and its
    synchronisation, the done line's delivery) is the side's *fixed work*: every ``BLANK_EVERY``
    rounds each side is also fired blank (``blank TAG``: the same with no calls, after the same
-   switch of device context), and the median of a side's blanks (fired where its regions are: right after its own last region and after the other set's) is subtracted from each
-   of its regions (:func:`fixed_times`: the candidate's at most ``FIXED_CAP`` times the
+   switch of device context, in the places its regions are: right after its own last region and
+   after the other set's), and the median of a side's blanks is subtracted from each of its
+   regions (:func:`fixed_times`: the candidate's at most ``FIXED_CAP`` times the
    reference's, so a sample that slows its blanks gains little). Work a rank does after its done
    line is charged where it exceeds the reference's there (:func:`deferral_charge`), so saying
    "done" early gains nothing. A region's time: :func:`region_time`; its figure per call that
@@ -206,7 +207,7 @@ FIXED_QUANTILE = 0.5  # of a side's blank regions: their median, as the regions'
 # docs/benchmarks/trust.md): its own fixed work is subtracted, up to this multiple of the
 # reference's. A candidate that slows its blanks on purpose gains at most the excess (FIXED_CAP - 1)
 # x the reference's fixed work (~150 us a region on an H100: 2-4 % of a region; docs/judging.md).
-FIXED_CAP = 1.5
+FIXED_CAP = 1.35
 
 
 def low_quantile(values: Sequence[float], q: float) -> float:
