@@ -4,11 +4,12 @@ harness at W=1 (one GPU; or gloo on the CPU), eager and graph.
     python3 scripts/bench_bracket.py --max-calls 50,500 --modes eager,graph --out bracket.json
 
 For each evaluation and side, medians over the timed regions (microseconds): ``bracket`` (the
-parent's clock, resume to proven stop: the region's time), ``rank_calls`` (the rank's own clock
-around its k calls: a diagnostic), ``arrived`` (resume to the last rank's report), ``after_report``
-(report to proven stop) and ``before_calls`` (arrived minus rank_calls: resuming, the command, the
-barrier, the layouts and the report), split by the rank's own stamps (:func:`split`). The share of the bracket that is not the
-calls is what compresses a speedup: a candidate twice as fast reads (F + C) / (F + C / 2).
+parent's clock, resume to the last done line), ``fixed`` (subtracted: the side's blanks),
+``time`` (the region's time), ``rank_calls`` (the rank's own clock around its k calls: a
+diagnostic), ``after_done`` (done line to the last report) and ``before_calls`` (bracket minus
+rank_calls), split by the rank's own stamps (:func:`split`). Fixed work left unsubtracted is what
+compresses a speedup: a candidate twice as fast reads (F + C) / (F + C / 2). For speedups of known
+truth, ``scripts/bench_ladder.py``.
 """
 
 from __future__ import annotations
@@ -33,17 +34,15 @@ def side_figures(regions: list) -> dict:
         return round(statistics.median(f(g) for g in regions), 1)
 
     return {"bracket": med(lambda g: g.bracket_us), "rank_calls": med(lambda g: g.reports[0].us * g.k),
-            "arrived": med(lambda g: max(g.arrived_us.values())),
-            "after_report": med(lambda g: g.bracket_us - max(g.arrived_us.values())),
-            "before_calls": med(lambda g: max(g.arrived_us.values()) - g.reports[0].us * g.k),
-            **split(regions, med)}
+            "fixed": med(lambda g: g.fixed_us), "after_done": med(lambda g: g.after_us), "time": med(lambda g: g.us),
+            "before_calls": med(lambda g: g.bracket_us - g.reports[0].us * g.k), **split(regions, med)}
 
 
 def split(regions: list, med) -> dict:
     """``before_calls`` split by rank 0's own stamps (its clock is the parent's: CLOCK_MONOTONIC):
-    ``wake`` (send and resume to the command read), ``prepare`` (to the calls' start), ``calls`` (the rank's clock around them, with
-    the sync), ``placing`` (the layouts, the exports) and ``delivery`` (the report made to the parent
-    seeing it)."""
+    ``wake`` (resume to the fire line read), ``prepare`` (to the calls' start), ``calls`` (the
+    rank's clock around them, with the sync) and ``placing`` (from the done line to the report
+    made: the layouts, the exports, outside the bracket)."""
     stamped = [g for g in regions if len(g.reports[0].stamps) == 4 and g.started]
     if not stamped:
         return {}
@@ -52,8 +51,7 @@ def split(regions: list, med) -> dict:
         return med(lambda g: f(g.reports[0].stamps, g.started) * 1e6)
 
     return {"wake": part(lambda s, t0: s[0] - t0), "prepare": part(lambda s, t0: s[1] - s[0]),
-            "calls": part(lambda s, t0: s[2] - s[1]), "placing": part(lambda s, t0: s[3] - s[2]),
-            "delivery": med(lambda g: g.arrived_us[min(g.arrived_us)] - (g.reports[0].stamps[3] - g.started) * 1e6)}
+            "calls": part(lambda s, t0: s[2] - s[1]), "placing": part(lambda s, t0: s[3] - s[2])}
 
 
 def main() -> int:

@@ -61,7 +61,7 @@ FREEZE_TIMEOUT_S = 5.0  # how long the candidate's processes may take to stop (o
 # a side's blank regions (the fixed work subtracted: settle) come in the first two rounds of every
 # BLANK_EVERY: once where the side goes first (its set resumed right after its own last region) and
 # once second (after the other set's), as its regions come
-BLANK_EVERY = 4
+BLANK_EVERY = 8
 STOP_EVERY = 10  # rounds between looks at the speedup's interval (sequential stopping: eval.min_rounds)
 KEEP_BYTES = 256 << 20  # a clean rank's rounds of inputs made ahead, at most (host memory only)
 
