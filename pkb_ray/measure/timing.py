@@ -33,7 +33,7 @@ region (:mod:`pkb_ray.evaluate.rounds`), and times it with its own clock:
    came. The region's bracket is the parent's clock from the resume to the last rank's done line:
    no barrier, no decoding, no report and no stop inside it. What remains inside besides the
    calls (the wake-up after the resume, the fire line read, the device's first work and its
-   synchronisation, the done line's delivery) is the side's *fixed work*: every ``BLANK_EVERY``
+   synchronisation, the done line's delivery) is the side's *fixed work*: in two rounds of every ``BLANK_EVERY``
    rounds each side is also fired blank (``blank TAG``: the same with no calls, after the same
    switch of device context, in the places its regions are: right after its own last region and
    after the other set's), and the median of a side's blanks is subtracted from each of its
