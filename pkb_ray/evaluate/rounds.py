@@ -303,7 +303,7 @@ class RoundDriver:
             cmd = Fill(case=self.case, k=0, nonces=[], base_seeds=self.base_seeds, graph=mode == TimingMode.GRAPH,
                        candidate=False, touch=True)
             self._step(Side.REF, cmd, f"touching the devices before a blank of {what}")
-        return self._fire(side, 0, f"a blank of {what} ({side.value})", mode, 0, blank=True)
+        return self._fire(side, 0, f"a blank of {what}", mode, 0, blank=True)
 
     def _fire(self, side: Side, k: int, what: str, mode: str, nonce: int, blank: bool = False) -> Region | None:
         """One armed region of ``side`` fired (:meth:`pkb_ray.isolation.ranks.RankSet.fire`), the other
