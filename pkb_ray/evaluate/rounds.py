@@ -12,8 +12,10 @@ Before a mode's rounds each set stages its timed calls' input buffers; for every
 draws a fresh nonce, and the clean set makes the round's inputs from it and the sample's keys and
 the trusted side writes them into both sides' buffers, the candidate stopped
 (:mod:`pkb_ray.evaluate.staging`): call n of each side's region runs on the same inputs, and no candidate's
-rank ever gets the nonce. The parent times each region with its own clock from resuming the set
-to seeing it stopped: the region's time, whatever the ranks report. After each
+rank ever gets the nonce. Each side is armed once a mode and every region is fired by a line
+(:meth:`RoundDriver._fire`): the parent times it with its own clock from resuming the set to the
+last rank's done line, less the side's fixed work its blank regions time, plus any work after the
+done lines beyond the reference's (:func:`settle`): the region's time, whatever the ranks report. After each
 of the candidate's regions, its set stopped, the parent decides which calls to check (each with
 probability ``checked_calls`` / the mode's calls, independently, never sent to the ranks); when
 the round ends it reads those calls' outputs and inputs from both sets' memory itself

@@ -6,16 +6,19 @@ The parent sends one command per step on the rank's command pipe, a JSON line of
 can be written ahead of its command), and ``{"phase": ...}`` when it starts something (what it was
 doing, for timeout messages).
 
-A timed region is fired, not commanded: an armed rank (:meth:`pkb_ray.runner.session.RankSession.arm`)
-waits for a plain line ``go TAG`` (or ``blank TAG``: the same with no calls, which times the region's
-fixed work) on its command pipe, written while its set is stopped, and the first thing it sends
-after its calls (and the device's synchronisation) is ``{"done": TAG}``; the region's report follows
-under TAG. The parent's clock runs from resuming the set to that line (:mod:`pkb_ray.measure.timing`). The parent reads them with a :class:`ReportReader`; a line that is
-not a message becomes an ``unreadable_report``, and so does a report that is not the step's
-record (:func:`pkb_ray.spec.wire.parse_report`): the verdict calls both tampering. Pipes rather than files: on a VM's disk
-a file written, renamed and read costs ~0.7 ms, and its cost varies with the folder, so two rank
-sets with folders of their own would pay differently for the same region. Tensors go through
-:mod:`pkb_ray.runner.tensor_io` files named by :func:`tensor_file`.
+A timed region is fired, not commanded: a rank armed with it (a ``region`` command with ``fire``,
+:mod:`pkb_ray.runner.firing`) waits for a plain line ``go TAG`` (or ``blank TAG``: the same with
+no calls, which times the region's fixed work) on its command pipe, written while its set is
+stopped, and the first thing it sends after its calls (and the device's synchronisation) is
+``{"done": TAG}``; the region's report follows under TAG. The parent's clock runs from resuming
+the set to that line (:mod:`pkb_ray.measure.timing`).
+
+The parent reads the messages with a :class:`ReportReader`; a line that is not a message becomes
+an ``unreadable_report``, and so does a report that is not the step's record
+(:func:`pkb_ray.spec.wire.parse_report`): the verdict calls both tampering. Pipes rather than
+files: on a VM's disk a file written, renamed and read costs ~0.7 ms, and its cost varies with the
+folder, so two rank sets with folders of their own would pay differently for the same region.
+Tensors go through :mod:`pkb_ray.runner.tensor_io` files named by :func:`tensor_file`.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ a :mod:`pkb_ray.spec.wire` command:
                where they lie, for the parent to read), say what the watches found
                (:mod:`pkb_ray.runner.candidate`).
 ``exit``       leave.
+``go TAG``, ``blank TAG``   not JSON: fire the armed region (:mod:`pkb_ray.runner.firing`), or a
+               blank one; its done line, then its report under TAG.
 
 Every step ends with its report record on the rank's report pipe (:mod:`pkb_ray.runner.protocol`),
 under the command's tag (the step's name unless the command gives one). A step that raises
