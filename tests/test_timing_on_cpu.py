@@ -202,3 +202,15 @@ def test_a_tolerance_override_is_used_by_the_check_and_the_timing_step(make_harn
     assert loose.tolerance(problems["all_reduce"], "float32").reason == "set by eval.tolerances"
     result = loose.evaluate(sample)  # an average is within 1e9 of the sum: correct, and timed
     assert result.status == Status.CORRECT and result.speedup
+
+
+def test_sequential_stopping_ends_the_rounds_once_the_interval_is_tight_enough(shared_harness, problems):
+    sample = Sample(problem_id="broadcast", model="m", sample_index=0, source=problems["broadcast"].source())
+    # an interval always within +/- 1000 %: the first look, after min_rounds, ends the rounds
+    stopped = shared_harness(2, rounds=16, min_rounds=6, target_halfwidth=10.0).evaluate(sample)
+    assert stopped.status == Status.CORRECT, stopped.message
+    assert stopped.timed_rounds == 6
+    # one no interval of a few rounds meets: every round runs
+    full = shared_harness(2, rounds=16, min_rounds=6, target_halfwidth=1e-6).evaluate(sample)
+    assert full.status == Status.CORRECT, full.message
+    assert full.timed_rounds == 16

@@ -64,6 +64,7 @@ class Timed:
     timed_seconds: float
     timing_mode: str
     calls_per_round: int
+    timed_rounds: int
     graph_error: str
     by_mode: dict[str, float] = field(default_factory=dict)  # "<mode>_<side>_time_us" with timing_mode=both
 

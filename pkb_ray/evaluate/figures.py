@@ -108,4 +108,5 @@ def timed(timing: Timing, problem: Problem, knobs: dict, dtype: str, hardware: H
                  sol_source=("traced" if traffic else "model") if sol_us else "",
                  timed_seconds=timing.seconds, timing_mode=mode,
                  calls_per_round=timing.k_graph if mode == TimingMode.GRAPH else timing.k,
+                 timed_rounds=sum(1 for g in timing.of(mode) if g.side is Side.CAND),
                  graph_error=timing.graph_error, by_mode=both)

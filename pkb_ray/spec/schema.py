@@ -128,6 +128,7 @@ class _ResultFields(BaseModel):
     rank_builds: int | None = None  # torch extensions it built on its rank (the compile stage could not)
     timed_seconds: float | None = None  # of which inside the timing step (warmup and rounds), slowest rank
     calls_per_round: int | None = None  # back-to-back calls in one timed round (see pkb_ray.measure.timing)
+    timed_rounds: int | None = None  # rounds a side was timed (eval.rounds, or fewer where sequential stopping ended them)
     message_bytes: int | None = None  # the inputs of one call on the rank with the most, at this size
     timing_mode: str = ""  # what ref/cand times and speedup are: eager calls, or graph replays (eval.timing_mode)
     graph_error: str = ""  # why graph replay was asked for and not used (a side could not be captured)
@@ -243,6 +244,7 @@ RESULT_SCHEMA = pa.schema(
         ("rank_builds", pa.int32()),
         ("timed_seconds", pa.float64()),
         ("calls_per_round", pa.int32()),
+        ("timed_rounds", pa.int32()),
         ("message_bytes", pa.int64()),
         ("timing_mode", pa.string()),
         ("graph_error", pa.string()),
