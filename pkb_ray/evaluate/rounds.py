@@ -292,9 +292,7 @@ class RoundDriver:
         outcome = self._step(side, cmd, f"arming the {side.value} side's {what}")
         if outcome is None:
             return False
-        if side is Side.CAND:
-            for rank, rep in outcome.reports.items():
-                self.allocations.setdefault(rank, {}).update(rep.handles)
+        self._note_handles(side, outcome.reports)
         return True
 
     def _blank(self, side: Side, mode: str, what: str) -> Region | None:
@@ -334,9 +332,7 @@ class RoundDriver:
         if not blank:
             reports = {rank: with_staged_inputs(rep, self._staged_inputs.get(side, {}).get(rank, []))
                        for rank, rep in reports.items()}
-            if side is Side.CAND:
-                for rank, rep in outcome.reports.items():
-                    self.allocations.setdefault(rank, {}).update(rep.handles)
+        self._note_handles(side, outcome.reports)
         return Region(side=side, k=k, bracket_us=done, reports=reports, nonce=nonce, mode=mode,
                       arrived_us=dict(outcome.done_us), after_us=after, started=outcome.resumed)
 
@@ -350,8 +346,8 @@ class RoundDriver:
             outcome = self._step(Side.CAND, cmd, f"staging the candidate's {mode} inputs")
             if outcome is None:
                 return False
+            self._note_handles(Side.CAND, outcome.reports)
             for rank, rep in outcome.reports.items():
-                self.allocations.setdefault(rank, {}).update(rep.handles)
                 staged[rank] = rep.inputs
                 peer[str(rank)] = {"inputs": rep.inputs, "allocations": self.allocations[rank]}
         cmd = Stage(case=self.case, side=Side.REF, k=k, base_seeds=self.base_seeds, graph=graph, keys=self.clean_keys,
@@ -581,15 +577,20 @@ class RoundDriver:
         outcome = self._step(side, cmd, f"{what} ({side.value})")
         if outcome is None:
             return None
-        for rank, rep in outcome.reports.items():
-            if side is Side.CAND:
-                self.allocations.setdefault(rank, {}).update(rep.handles)
+        self._note_handles(side, outcome.reports)
         reports = {rank: self._as_before(side, mode, rank, rep) for rank, rep in outcome.reports.items()}
         if staged and timed:  # a call's inputs lie where the stage said: the report names its outputs only
             reports = {rank: with_staged_inputs(rep, self._staged_inputs.get(side, {}).get(rank, []))
                        for rank, rep in reports.items()}
         return Region(side=side, k=k, bracket_us=self._bracket_us, reports=reports, nonce=nonce,
                       mode=mode, arrived_us=self._arrived_us, started=self._started)
+
+    def _note_handles(self, side: Side, reports: dict[int, Answer]) -> None:
+        """The device allocations the candidate's ranks exported in a step (the clean rank reads its
+        outputs and writes its staged inputs through them); the clean set's own are not kept."""
+        if side is Side.CAND:
+            for rank, rep in reports.items():
+                self.allocations.setdefault(rank, {}).update(rep.handles)
 
     def _as_before(self, side: Side, mode: str, rank: int, rep: Answer) -> Answer:
         """``rep`` with its calls where its set's last region of ``mode`` said, when it says they lie

@@ -206,7 +206,7 @@ FIXED_QUANTILE = 0.5  # of a side's blank regions: their median, as the regions'
 # A candidate's set wakes 50-100 us slower than the clean set on an H100 (a fresh sandbox's process;
 # docs/benchmarks/trust.md): its own fixed work is subtracted, up to this multiple of the
 # reference's. A candidate that slows its blanks on purpose gains at most the excess (FIXED_CAP - 1)
-# x the reference's fixed work (~150 us a region on an H100: 2-4 % of a region; docs/judging.md).
+# x the reference's fixed work (~100-150 us a region on an H100: 1-3 % of a region; docs/judging.md).
 FIXED_CAP = 1.35
 
 
