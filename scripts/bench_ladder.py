@@ -45,6 +45,14 @@ def side_parts(timing, side: str) -> dict:
             "time": med(g.us for g in mine), "rank_calls": med(g.reports[0].us * g.k for g in mine if g.reports)}
 
 
+def series(timing) -> dict:
+    """Each side's regions of the first mode, in the order they ran: microseconds a call by the
+    rank's own clock (to see whether a side's calls get cheaper as its process ages)."""
+    mode = timing.modes[0]
+    return {side: [round(g.reports[0].us, 1) for g in timing.of(mode) if g.side.value == side and g.reports]
+            for side in ("ref", "cand")}
+
+
 def conf_eval(device: str) -> dict:
     """The shipped eval defaults of the device kind (conf/eval/gpu.yaml or cpu.yaml)."""
     from omegaconf import OmegaConf
@@ -69,6 +77,8 @@ def main() -> int:
     parser.add_argument("--world-size", type=int, default=0, help="gloo ranks on the CPU (default 2; 1 on a GPU)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="an eval setting (JSON value), e.g. --set rounds=40 --set round_us=5000")
+    parser.add_argument("--series", action="store_true",
+                        help="each row also lists every timed region's calls by the rank's own clock, in order")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     timings = []
@@ -113,7 +123,8 @@ def main() -> int:
                                "timed_s": round(timing.seconds, 2) if timing else None,
                                "rounds": len([g for g in timing.regions if g.side.value == "cand"]) if timing else 0,
                                **({"message": result.message[:400]} if result.status != "correct" else {}),
-                               **({s: side_parts(timing, s) for s in ("ref", "cand")} if timing and timing.regions else {})}
+                               **({s: side_parts(timing, s) for s in ("ref", "cand")} if timing and timing.regions else {}),
+                               **({"series": series(timing)} if args.series and timing else {})}
                         print(json.dumps(row), flush=True)
                         rows.append(row)
             finally:
