@@ -82,6 +82,11 @@ def _copy(problems, index: int = 1) -> Sample:
         ("misdirects_staged_inputs.py", Status.WRONG_OUTPUT, "timed call gave a wrong answer"),
         # a graph's replays may report their outputs "as before"; an eager region that says so names none
         ("claims_as_before.py", Status.WRONG_OUTPUT, "0 tensors, expected 1"),
+        # staged inputs and outputs only in memory no other process maps (inputs every rank could
+        # read; outputs any rank could write)
+        ("shares_staged_pages.py", Status.TAMPERING, "lies in a shared mapping"),
+        ("returns_shared_outputs.py", Status.TAMPERING, "lies in a shared mapping"),
+        ("shared_scratch.py", Status.CORRECT, ""),
     ],
 )
 def test_hostile_sample_gets_its_status(shared_harness, name, status, needle):

@@ -31,6 +31,34 @@ class Unreadable(OSError):
     """A rank's memory could not be read where it said its tensors lie."""
 
 
+class SharedMapping(Unreadable):
+    """A candidate's tensor lies in memory another process can map (MAP_SHARED): what the trusted
+    side wrote there (a timed call's inputs) every rank could read, and what it reads there (an
+    output) any rank could have written."""
+
+
+# shared mappings a tensor may lie in: the GPU driver's (page-locked host memory that torch's
+# pin_memory allocates through cudaHostAlloc); no other process can map those pages without the
+# driver's IPC, which exports device memory only
+DRIVER_MAPPINGS = ("/dev/nvidia",)
+
+
+def check_private(pid: int, entries: list[list[int]]) -> None:
+    """Raise :class:`SharedMapping` unless every layout entry of process ``pid`` lies in memory only
+    it maps (private mappings: the heap, anonymous memory, a file mapped MAP_PRIVATE). Read from
+    ``/proc/PID/maps`` with the process stopped: a mapping can only change while it runs."""
+    spans = sorted((s, s + n) for s, n in (entry_span(e) for e in entries) if n > 0)
+    if not spans:
+        return
+    shared = [(m.start, m.end, m.path) for m in procfs.mappings(pid)
+              if m.shared and not m.path.startswith(DRIVER_MAPPINGS)]
+    for start, end in spans:
+        for lo, hi, path in shared:
+            if lo < end and start < hi:
+                raise SharedMapping(f"a tensor at {start:#x} ({end - start} bytes) lies in a shared mapping "
+                                    f"({path or 'anonymous'}, {lo:#x}-{hi:#x}) that other processes can map")
+
+
 def host_pids(root: int, inner: dict[int, int]) -> dict[int, int]:
     """rank -> pid on the host, for ranks that reported ``inner`` (rank -> pid as they see it) and
     run below ``root``. Without a PID namespace of their own both are the same."""
@@ -60,8 +88,11 @@ def _memory(pid: int, flags: int, doing: str):
         os.close(fd)
 
 
-def read_entries(pid: int, entries: list[list[int]]) -> list[bytes]:
-    """The bytes each layout entry of process ``pid`` covers."""
+def read_entries(pid: int, entries: list[list[int]], private: bool = False) -> list[bytes]:
+    """The bytes each layout entry of process ``pid`` covers; with ``private``, only where every
+    entry lies in memory no other process maps (:func:`check_private`)."""
+    if private:
+        check_private(pid, entries)
     out = []
     with _memory(pid, os.O_RDONLY, "reading") as fd:
         for entry in entries:
@@ -75,9 +106,12 @@ def read_entries(pid: int, entries: list[list[int]]) -> list[bytes]:
     return out
 
 
-def write_entries(pid: int, entries: list[list[int]], blobs: list[bytes]) -> None:
+def write_entries(pid: int, entries: list[list[int]], blobs: list[bytes], private: bool = False) -> None:
     """``blobs`` written into process ``pid``'s memory, each at its layout entry (of the same size):
-    the trusted side filling a rank's staged inputs while its set is stopped."""
+    the trusted side filling a rank's staged inputs while its set is stopped; with ``private``, only
+    where every entry lies in memory no other process maps (:func:`check_private`)."""
+    if private:
+        check_private(pid, entries)
     with _memory(pid, os.O_WRONLY, "writing") as fd:
         for entry, blob in zip(entries, blobs, strict=True):
             start, size = entry_span(entry)

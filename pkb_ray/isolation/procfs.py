@@ -111,6 +111,40 @@ def inner_pid(pid: int) -> int | None:
     return int(ids[-1]) if ids else None
 
 
+@dataclass(frozen=True)
+class Mapping:
+    """One line of ``/proc/PID/maps``: an address range and whether other processes can share it."""
+
+    start: int
+    end: int
+    shared: bool  # MAP_SHARED ('s'): writes to it are seen by every process that maps it
+    path: str  # the file mapped ('' for anonymous memory; '[heap]', '/memfd:x (deleted)', ...)
+
+
+def mappings(pid: int) -> list[Mapping]:
+    """Every mapping of ``pid``'s address space, in address order (empty when it is gone)."""
+    try:
+        fd = os.open(f"/proc/{pid}/maps", os.O_RDONLY)
+    except OSError:
+        return []
+    chunks = []
+    try:
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    found = []
+    for line in b"".join(chunks).decode(errors="replace").splitlines():
+        fields = line.split(None, 5)  # range perms offset dev inode [path]
+        if len(fields) < 5:
+            continue
+        start, _, end = fields[0].partition("-")
+        found.append(Mapping(int(start, 16), int(end, 16), fields[1][3:4] == "s", fields[5] if len(fields) > 5 else ""))
+    return found
+
+
 def memory_path(pid: int) -> str:
     """Where ``pid``'s memory is read and written (with ptrace-level permission over it)."""
     return f"/proc/{pid}/mem"

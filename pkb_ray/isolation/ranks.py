@@ -241,6 +241,7 @@ class RankSet:
         self.job_dir = Path(job_dir)
         self.job_dir.mkdir(parents=True, exist_ok=True)
         self.backend = backend
+        self.role = Role(role)  # a candidate's tensors are read and written only in private memory
         self._tags = itertools.count()
         self._exits_seen = 0.0  # when a wait last read the exit files (EXIT_POLL_S)
         level = sandbox.Isolation(isolation.level)
@@ -319,10 +320,10 @@ class RankSet:
         return self.wait(Step.READY, time.monotonic() + timeout_s, since=self.started_at, kind=Ready)
 
     def read_tensors(self, rank: int, entries: list[list[int]]) -> list[bytes]:
-        return read_entries(self._host_pid(rank), entries)
+        return read_entries(self._host_pid(rank), entries, private=self.role is Role.CANDIDATE)
 
     def write_tensors(self, rank: int, entries: list[list[int]], blobs: list[bytes]) -> None:
-        write_entries(self._host_pid(rank), entries, blobs)
+        write_entries(self._host_pid(rank), entries, blobs, private=self.role is Role.CANDIDATE)
 
     def _host_pid(self, rank: int) -> int:
         if not self.host_pids:  # where each rank's process is on the host, from the pid its ready
