@@ -349,3 +349,34 @@ def test_kill_of_every_process_it_may_signal_crashes_only_the_sample(make_harnes
     assert h.evaluate(_copy(problems, 2)).status == Status.CORRECT
     assert h.rank_sets.zygotes._current[1] is zygote and zygote.alive()  # the same template forked the next one
     assert rank_processes_left(h.work_dir) == []
+
+
+def test_floods_of_processes_back_to_back_leave_the_gang_whole(shared_harness, problems, monkeypatch):
+    """Samples that each start hundreds of processes, back to back: each is judged, none leaves a
+    process or a descriptor behind, and the sample after them is judged as before."""
+    monkeypatch.setenv("PKB_TEST_PROCESSES", "400")
+    h = shared_harness(2)
+    h.evaluate(_copy(problems, index=7))  # the harness's own descriptors (its clean set, ...) opened
+    _reaped(h)
+    before = len(os.listdir("/proc/self/fd"))
+    for index in range(3):
+        flooded = h.evaluate(_sample("starts_many_processes.py", index))
+        assert flooded.status in (Status.CORRECT, Status.IMPORT_ERROR), flooded.message  # a cap may refuse forks
+        assert "evaluator error" not in flooded.message
+        assert rank_processes_left(h.work_dir) == []
+    assert h.evaluate(_copy(problems, index=8)).status == Status.CORRECT
+    _reaped(h)
+    assert len(os.listdir("/proc/self/fd")) <= before + 8, {fd: _target(fd) for fd in os.listdir("/proc/self/fd")}
+
+
+def _reaped(h) -> None:
+    """Until the sets the harness retired are reaped (in the background: their descriptors close then)."""
+    for thread in list(h.pool.reapers):
+        thread.join(60)
+
+
+def _target(fd: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return "?"

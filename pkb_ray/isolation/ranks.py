@@ -458,9 +458,12 @@ class RankSet:
         if not fds:
             time.sleep(timeout_s)
             return
+        poller = select.poll()  # not select(): it refuses descriptors numbered 1024 or more
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
         try:
-            select.select(fds, [], [], timeout_s)
-        except (OSError, ValueError):  # a descriptor closed meanwhile: the next look says what happened
+            poller.poll(max(0, int(timeout_s * 1000)))
+        except OSError:  # interrupted: the next look says what happened
             pass
 
     def log_tail(self, rank: int, chars: int = LOG_TAIL_CHARS) -> str:

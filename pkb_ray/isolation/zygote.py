@@ -87,7 +87,11 @@ class Forked:
 
 
 def _exited(pidfd: int, timeout: float | None) -> bool:
-    return bool(select.select([pidfd], [], [], timeout)[0])
+    """Whether the process of ``pidfd`` exited within ``timeout`` seconds (None: wait). poll, not
+    select: select() refuses descriptors numbered 1024 or more, which a busy gang reaches."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(None if timeout is None else max(0, int(timeout * 1000))))
 
 
 class Zygote:

@@ -183,7 +183,9 @@ def _init(request: dict, fds: list[int], alive: int) -> None:
     code = 1
     try:
         ns.prctl(ns.PR_SET_PDEATHSIG, signal.SIGKILL)
-        if select.select([alive], [], [], 0)[0]:  # EOF: the first process died before the line above
+        poller = select.poll()  # (not select(): it refuses descriptors numbered 1024 or more)
+        poller.register(alive, select.POLLIN)
+        if poller.poll(0):  # EOF: the first process died before the line above
             os._exit(1)
         name_process(INIT_NAME)
         ns.mount("proc", "/proc", "proc", ns.MS_NOSUID | ns.MS_NODEV | ns.MS_NOEXEC)
