@@ -63,6 +63,8 @@ def _copy(problems, index: int = 1) -> Sample:
         ("rewrites_check.py", Status.WRONG_OUTPUT, "timed call gave a wrong answer"),
         ("../../samples/replay/all_reduce/09_rewrites_timer.py", Status.TAMPERING, "timed_region"),
         ("shares_output_buffer.py", Status.WRONG_OUTPUT, "earlier call's output"),
+        # ... and across regions (a CPU region holds one call): the last region's outputs are still held
+        ("shares_output_buffer_when_timed.py", Status.WRONG_OUTPUT, "earlier call's output"),
         # the outputs are read by the trusted side as each region ends, the candidate stopped
         ("answers_at_hand_over.py", Status.WRONG_OUTPUT, "timed call gave a wrong answer"),
         # every call's check is decided after its region, independently: none run out

@@ -126,6 +126,7 @@ class RoundDriver:
         self._described: dict[tuple, list] = {}  # (side, mode, rank) -> its last region's calls (as_before)
         self._stopped: dict[int, bool] = {}  # id(rank set) -> seen stopped since its last step
         self._pending: list[Pick] = []  # the round's picks the parent compares at its end
+        self._held_outputs: dict[int, list[list[int]]] = {}  # rank -> its last eager region's outputs (still held)
         self._copies: dict[int, Copies] = {}  # rank -> its staged tensors in host memory, on both sides
         self._staged_inputs: dict[Side, dict[int, list]] = {}  # side -> rank -> its staged calls' input layouts
         self._host: dict[int, Copies] = {}  # the same, where every staged tensor lies in host memory
@@ -239,6 +240,7 @@ class RoundDriver:
         for side in Side:
             if not self._arm(side, k, mode, f"{mode} rounds"):
                 return False
+        self._held_outputs = {}  # arming let go of what the candidate held
         nonces = [self.rng.getrandbits(56) for _ in range(cfg.rounds)]  # the rounds' inputs: never sent to the candidate
         regions, blanks = [], []
         try:
@@ -421,13 +423,27 @@ class RoundDriver:
             return False
         return True
 
+    def _aliases(self, rank: int, mode: str, calls: list[tuple[list, list]]) -> list[str]:
+        """What shares memory in one rank's region: an output with an input of its call or with an
+        earlier call's output, the previous eager region's included. Each region's outputs stay held
+        by the rank until its next region's calls are done (``TimeRegion.hold``), so no honest
+        allocation can lie where one of them does: an output there is one buffer returned again
+        (``shares_output_buffer.py``, whose regions of one call each a check inside a region never
+        saw). A graph's replays write the outputs its capture made, by design: within the region only."""
+        if mode != TimingMode.EAGER:
+            return sorted({a for call in layout_aliases(calls) for a in call})
+        earlier = self._held_outputs.get(rank, [])
+        self._held_outputs[rank] = [e for outs, _ in calls for e in outs]
+        found = layout_aliases([(earlier, []), *calls])[1:]
+        return sorted({a for call in found for a in call})
+
     def _check_remote(self, region: Region, i: int, chance: float) -> None:
         """What shares memory (from where the ranks said their tensors lie); which calls of the
         region to check; and those of them with a tensor in the candidate's device memory, which
         only the clean rank on that device can read, read and compared by the clean set at once
         (a step of its own, the candidate still stopped): it recomputes the reference there. The
         other picks wait for the round's end (:meth:`_check_round`)."""
-        region.aliases = {rank: sorted({a for call in layout_aliases([pair(c) for c in rep.calls]) for a in call})
+        region.aliases = {rank: self._aliases(rank, region.mode, [pair(c) for c in rep.calls])
                           for rank, rep in region.reports.items()}
         remote = []
         for index in range(region.k):
