@@ -123,3 +123,108 @@ def test_a_process_resumed_after_the_freeze_is_found_by_its_cpu_time():
     finally:
         os.killpg(root.pid, signal.SIGKILL)
         root.wait()
+
+
+# a helper that sleeps in a read (no CPU) and, on each byte, starts a thread that spins: long
+# ("L") or briefly, then ends. Resumed by anything while its set is stopped (a timer's SIGCONT),
+# every task the freeze recorded stays idle: only a thread born after the proof runs.
+WAKE = """
+import os, sys, threading, time
+def spin(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+while True:
+    cmd = os.read(int(sys.argv[1]), 1)
+    threading.Thread(target=spin, args=(3.0 if cmd == b"L" else 0.3,)).start()
+"""
+
+
+def _waker():
+    """(root, the helper's pid below it, the write end of its pipe)."""
+    r, w = os.pipe()
+    starter = f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {WAKE!r}, '{r}'], pass_fds=[{r}])\ntime.sleep(600)"
+    root = subprocess.Popen([sys.executable, "-c", starter], pass_fds=[r], start_new_session=True)
+    os.close(r)
+    deadline = time.monotonic() + 20
+    while not descendants(root.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the helper's interpreter up and waiting in its read
+    return root, descendants(root.pid)[0], w
+
+
+def _escape(freezer, helper, w, cmd: bytes) -> str:
+    """Resume the helper behind the freezer's back, hand it ``cmd``, and what the freezer finds."""
+    os.kill(helper, signal.SIGCONT)
+    os.write(w, cmd)
+    found, deadline = "", time.monotonic() + 10
+    while not found and time.monotonic() < deadline:
+        time.sleep(0.1)
+        found = freezer.ran_while_frozen()
+    return found
+
+
+def test_a_thread_born_while_stopped_is_found_though_no_recorded_task_ran_long():
+    root, helper, w = _waker()
+    try:
+        freezer = Freezer(root.pid)
+        assert freezer.freeze(5.0)
+        assert freezer.ran_while_frozen() == ""
+        found = _escape(freezer, helper, w, b"L")
+        assert f"process {helper} started task" in found, found
+    finally:
+        os.killpg(root.pid, signal.SIGKILL)
+        root.wait()
+
+
+def test_a_thread_that_ran_and_ended_while_stopped_is_found_by_its_process_time():
+    root, helper, w = _waker()
+    try:
+        freezer = Freezer(root.pid)
+        assert freezer.freeze(5.0)
+        os.kill(helper, signal.SIGCONT)
+        os.write(w, b"s")
+        time.sleep(1.0)  # its thread spun 0.3 s and ended: no task now that the freeze did not see
+        found = freezer.ran_while_frozen()
+        assert f"process {helper} used" in found and "ms of CPU" in found, found
+    finally:
+        os.killpg(root.pid, signal.SIGKILL)
+        root.wait()
+
+
+def test_a_process_resumed_during_the_freeze_is_stopped_again():
+    """A leader resumed between its signal and the pass that proves it stopped (a peer's SIGCONT,
+    a timer's) is signalled again: the freeze is proven, not left to its deadline."""
+    root = subprocess.Popen([sys.executable, "-c", TREE], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while len(descendants(root.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        tree = descendants(root.pid)
+        freezer = Freezer(root.pid)
+        assert freezer.freeze(5.0)
+        freezer.thaw()
+        import threading
+        stop = threading.Event()
+
+        def resume():  # SIGCONT to every process, again and again, while the next freeze runs
+            while not stop.is_set():
+                for pid in tree:
+                    try:
+                        os.kill(pid, signal.SIGCONT)
+                    except ProcessLookupError:
+                        pass
+                time.sleep(0.002)
+
+        thread = threading.Thread(target=resume)
+        thread.start()
+        threading.Timer(0.05, stop.set).start()  # it ends while the freeze is under way
+        proven = freezer.freeze(5.0)
+        thread.join()
+        assert proven  # not left to its deadline (before: every later look found a leader running)
+        assert freezer.freeze(5.0)  # the resumer gone, the proof holds from here on
+        time.sleep(0.2)
+        assert freezer.ran_while_frozen() == ""
+    finally:
+        os.killpg(root.pid, signal.SIGKILL)
+        root.wait()

@@ -86,6 +86,8 @@ def _copy(problems, index: int = 1) -> Sample:
         ("claims_as_before.py", Status.WRONG_OUTPUT, "0 tensors, expected 1"),
         # staged inputs and outputs only in memory no other process maps (inputs every rank could
         # read; outputs any rank could write)
+        # a helper the kernel resumes (a timer's SIGCONT) in threads born after the freeze's proof
+        ("wakes_itself_with_a_timer.py", Status.TAMPERING, "while its set was stopped"),
         ("shares_staged_pages.py", Status.TAMPERING, "lies in a shared mapping"),
         ("returns_shared_outputs.py", Status.TAMPERING, "lies in a shared mapping"),
         ("shared_scratch.py", Status.CORRECT, ""),

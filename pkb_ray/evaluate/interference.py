@@ -1,12 +1,12 @@
 """Interference as evidence: a reference that ran slower beside a sample than beside an honest copy.
 
 While the clean set times the reference, every process of the candidate's sandbox is stopped;
-what a sample can still do is leave work running on the device (or in the machine) for the
-reference's regions to meet. The reference's time here is the clean ranks' own clock (trusted),
-per region the smallest over its ranks: a rank that starts its calls early (the barrier before them
-aligns the ranks' starts only as well as the barrier's own wake-up does) waits inside the first
-collective call for the others, and only the last to start times the calls alone (a slowed device
-slows the collective, and so every rank's time, that one's too).
+what a sample can still do is leave work running on the device (or in the machine), or escape the
+freezer, for the reference's regions to meet. The reference's time here is what its speedup uses:
+each region's time by the parent's clock (the bracket from resuming the clean set to its last
+done line, less the fixed work of its blanks: :func:`pkb_ray.measure.timing.region_time`), per
+call. A helper that spins beside the reference slows its wake-ups as much as its calls, and the
+ranks' own clocks around their calls would miss the first (issue 64: 1.2-1.6x undeserved).
 A sample during whose rounds the reference's median per call exceeds a baseline's by more than
 both :data:`FLOOR` and :data:`NOISE_SIGMAS` standard errors of the two medians (from their
 rounds' spread) was slowed. The baselines and what follows are :mod:`pkb_ray.evaluate.screen`'s.
@@ -29,7 +29,7 @@ NOISE_SIGMAS = 4.0  # ...and beyond this many standard errors of the difference 
 @dataclass(frozen=True)
 class RefTimes:
     """The reference's regions of one (mode, calls per region) as figures: the median over regions
-    of the microseconds per call of the region's last rank to start, and its standard error."""
+    of their microseconds per call (the region's time, as the speedup takes it), and its standard error."""
 
     mode: str
     k: int
@@ -41,7 +41,7 @@ class RefTimes:
     @classmethod
     def of(cls, regions: list[Region]) -> "RefTimes | None":
         """The reference's timed regions (one mode, one k), or None when there are none."""
-        times = [min(rep.us for rep in r.reports.values()) for r in regions if r.side == Side.REF and r.reports]
+        times = [r.us_per_call for r in regions if r.side == Side.REF]
         if not times:
             return None
         first = next(r for r in regions if r.side == Side.REF)

@@ -12,12 +12,20 @@ every task (thread) of every process below the root sees each one stopped (``T``
 re-signalling what it finds running, within a deadline; a pair that keeps resuming each other is
 never seen stopped in one pass, and the freeze fails.
 
+A process found running while the freeze is under way (a peer's SIGCONT, a timer of its own
+that the kernel fires with SIGCONT) is signalled again, leaders included, until one pass sees every
+task stopped or the deadline passes.
+
 A pass reads each task at a different moment, so a task seen stopped could still be resumed by one
-read later that had not stopped yet. To prove that nothing ran while stopped,
-:meth:`Freezer.ran_while_frozen` compares every task's CPU time (``/proc/PID/task/TID/schedstat``,
-nanoseconds) with what it was when the freeze was proven: a task of a frozen set that gained CPU
-time escaped, whatever the route. :data:`RAN_SLACK_NS` allows for the accounting of the context
-switch into the stop, which the kernel may book just after the task shows as stopped.
+read later that had not stopped yet, and the kernel itself can resume a stopped process (a POSIX
+timer armed with SIGCONT, an I/O signal set to SIGCONT) with no task of the set running. To prove
+that nothing ran while stopped, :meth:`Freezer.ran_while_frozen` looks at the whole set against
+what it was when the freeze was proven: a process or a thread that did not exist then (only a task
+that ran can start one), a process whose whole CPU time grew (``/proc/PID/stat``: every thread's,
+those that ended since included, in clock ticks), or a task whose own CPU time grew
+(``/proc/PID/task/TID/schedstat``, nanoseconds) escaped, whatever the route. :data:`RAN_SLACK_NS`
+and :data:`RAN_SLACK_TICKS` allow for the accounting of the context switch into the stop, which
+the kernel may book just after the task shows as stopped.
 
 Nothing stops GPU work already queued: the parent freezes a set only after its step reported
 (every stream of its device synchronised), and whatever a sample left running on the device
@@ -32,11 +40,13 @@ import time
 from pathlib import Path
 
 from pkb_ray.isolation import procfs
-from pkb_ray.isolation.procfs import cpu_ns, descendants, tasks
+from pkb_ray.isolation.procfs import cpu_ns, descendants, process_cpu_ticks, tasks
 
 STOPPED_STATES = {"T", "t", "Z", "X"}  # stopped, stopped by a tracer, dead (exited, not yet reaped)
 RAN_SLACK_NS = 200_000  # CPU time a task may still be booked after it shows as stopped
+RAN_SLACK_TICKS = 1  # a process's whole CPU time is counted in ticks: the booked remainder may cross one
 STOP_POLL_S = 0.00005  # between looks at signalled processes
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 def task_state(pid: int, tid: str) -> str:
@@ -56,6 +66,7 @@ class Freezer:
         # reaches another process that got the pid of one that exited
         self._known: dict[int, int] = {}
         self._cpu: dict[tuple[int, str], int] = {}  # each task's CPU time when the freeze was proven
+        self._ticks: dict[int, int] = {}  # each process's CPU time (all its tasks ever) then
 
     @property
     def how(self) -> str:
@@ -87,10 +98,14 @@ class Freezer:
             # a signalled thread stops only once it is scheduled: on a busy machine, looking at
             # once would take the CPU it needs
             time.sleep(STOP_POLL_S)
-            if self._leaders_stopped() and self._all_stopped():
+            running = self._running_leaders()
+            if running:  # resumed since its signal (a peer's SIGCONT, a timer's): stopped again
+                self._stop(running)
+            elif self._all_stopped():
                 found = [p for p in descendants(self.root) if p not in self._known]
                 if not found:
                     self._cpu = self._cpu_times()
+                    self._ticks = {pid: t for pid in self._known if (t := process_cpu_ticks(pid)) is not None}
                     return True
                 self._stop(found)
             if time.monotonic() > deadline:
@@ -116,9 +131,9 @@ class Freezer:
         except PermissionError:
             return True  # not ours to signal (it changed its credentials): the pass finds it running
 
-    def _leaders_stopped(self) -> bool:
-        """Whether the first thread of every known process shows stopped (or gone): one read a process."""
-        return all(task_state(pid, str(pid)) in STOPPED_STATES | {""} for pid in self._known)
+    def _running_leaders(self) -> list[int]:
+        """The known processes whose first thread does not show stopped (or gone): one read a process."""
+        return [pid for pid in self._known if task_state(pid, str(pid)) not in STOPPED_STATES | {""}]
 
     def _all_stopped(self) -> bool:
         """One pass over every task of every known process: True when each is stopped or gone.
@@ -141,6 +156,18 @@ class Freezer:
         below the root was known and stopped, and only a task that ran could have started one."""
         if not self.frozen or self.cgroup is not None:
             return ""
+        born = [p for p in descendants(self.root) if p not in self._known]
+        if born:  # only a task that ran can start a process
+            return f"process {born[0]} started while its set was stopped"
+        for pid in self._known:
+            new = [tid for tid in tasks(pid) if (pid, tid) not in self._cpu]
+            if new:  # likewise a thread: one a timer's signal woke, say, that spins where no recorded task did
+                return f"process {pid} started task {new[0]} while its set was stopped"
+        for pid, before in self._ticks.items():  # threads that ran and ended since count here
+            now = process_cpu_ticks(pid)
+            if now is not None and now > before + RAN_SLACK_TICKS:
+                return (f"process {pid} used {(now - before) * 1000 // TICKS_PER_S} ms of CPU while its set was "
+                        "stopped")
         for (pid, tid), before in self._cpu.items():
             now = cpu_ns(pid, tid)
             if now is not None and now > before + RAN_SLACK_NS:
@@ -158,7 +185,7 @@ class Freezer:
         for pid in reversed(list(self._known)):
             if not self._send(pid, signal.SIGCONT):
                 os.close(self._known.pop(pid))
-        self._cpu = {}
+        self._cpu, self._ticks = {}, {}
 
     def close(self) -> None:
         """Let go of the pidfds (the set is gone)."""

@@ -104,6 +104,16 @@ def cpu_ns(pid: int, tid: int | str) -> int | None:
     return int(text.split()[0]) if text else None
 
 
+def process_cpu_ticks(pid: int) -> int | None:
+    """Clock ticks (USER_HZ) of CPU the whole process has used: every thread's, those that ended
+    included, and its reaped children's (utime + stime + cutime + cstime); None when it is gone."""
+    text = read(f"/proc/{pid}/stat")
+    if not text:
+        return None
+    fields = text[text.rfind(")") + 2:].split()
+    return sum(int(f) for f in fields[11:15])
+
+
 def inner_pid(pid: int) -> int | None:
     """``pid`` as the innermost PID namespace it lives in numbers it (the last of ``NSpid``)."""
     line = next((ln for ln in read(f"/proc/{pid}/status", 1 << 14).splitlines() if ln.startswith("NSpid:")), "")

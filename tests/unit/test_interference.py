@@ -1,6 +1,6 @@
-"""The interference rule's arithmetic: the reference's regions as the median of each region's last
-rank to start (the smallest time: the others waited in the first call for it) with its error, and
-"slowed" only beyond both the floor and the noise, naming what it was compared with."""
+"""The interference rule's arithmetic: the reference's regions as the median of their times (what
+the speedup uses: the parent's bracket less the fixed work) with its error, and "slowed" only
+beyond both the floor and the noise, naming what it was compared with."""
 
 import random
 from dataclasses import replace
@@ -36,14 +36,13 @@ def test_slowed_beyond_the_floor_names_the_baseline_and_not_within_it():
     assert "us beside an honest copy (+" in slowed(RefTimes.of(_regions(_noisy(160.0, seed=2))), beside_copy)
 
 
-def test_a_region_counts_its_last_rank_to_start_not_the_one_that_waited():
-    """No barrier starts a region: rank 1 woke 300 us late, so rank 0's first collective call waited
-    for it. The region's time is the smaller, whatever rank it was."""
-    regions = [Region(side=Side.REF, k=1, bracket_us=1000.0,
-                      reports={0: RegionReport(us=us + skew, calls=[], devices=["cpu"]),
-                               1: RegionReport(us=us, calls=[], devices=["cpu"])})
-               for us, skew in ((100.0, 300.0), (102.0, 0.0), (98.0, 250.0))]
-    assert RefTimes.of(regions).median_us == 100.0
+def test_a_region_counts_what_the_speedup_uses_not_the_ranks_clocks():
+    """A helper spinning beside the reference slows its wake-ups (the bracket) while the ranks'
+    own clocks around their calls barely move: the screen reads the bracket less the fixed work."""
+    regions = [Region(side=Side.REF, k=1, bracket_us=bracket, fixed_us=50.0,
+                      reports={0: RegionReport(us=100.0, calls=[], devices=["cpu"])})
+               for bracket in (200.0, 210.0, 190.0)]
+    assert RefTimes.of(regions).median_us == 150.0
 
 
 def test_a_noisy_baseline_widens_what_is_allowed():
