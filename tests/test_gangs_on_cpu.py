@@ -178,3 +178,56 @@ def scrape(metric: str, within_s: float = 30.0) -> str:
         if lines or time.monotonic() > deadline:
             return lines
         time.sleep(1)
+
+
+def test_a_gang_whose_evaluator_fails_gets_a_new_harness_and_evaluates_the_sample_again(cluster, tmp_path):
+    """The gang's clean set killed behind its back (an evaluator fault, not the sample's): the next
+    sample's first attempt fails in the harness, the gang replaces it and evaluates the sample
+    again, and nothing of the old harness stays."""
+    import os
+    import signal
+
+    from pkb_ray.pipeline.gang import Gang
+
+    gang = Gang(config(tmp_path, [2]).model_dump(mode="json"), "gang-retry", ["0", "1"])
+    where = Where(Layout(1, 2))
+    try:
+        assert gang.evaluate(sample(COPY, 0), where).status == Status.CORRECT
+        work = gang.harness.work_dir
+        clean = sorted(set(rank_processes(work, clean=True)) - set(rank_processes(work)))
+        assert clean
+        for pid in clean:
+            os.kill(pid, signal.SIGKILL)
+        result = gang.evaluate(sample(COPY, 1), where)
+        assert result.status == Status.CORRECT, result.message
+        assert gang.replaced == 1
+        assert all(not Path(f"/proc/{pid}").exists() or b"Z" in Path(f"/proc/{pid}/stat").read_bytes().split(b")")[-1][:3]
+                   for pid in clean)
+        assert gang.evaluate(sample(COPY, 2), where).status == Status.CORRECT
+        assert gang.replaced == 1  # no leak seen after a healthy sample
+    finally:
+        gang.shutdown()
+    assert rank_processes_left(tmp_path / "cache", clean=True) == []
+
+
+def test_a_gang_that_holds_more_descriptors_than_when_new_replaces_its_harness(cluster, tmp_path):
+    """Descriptors counted after each sample: hundreds more than the new harness held (here opened
+    by the test in the gang's process) replace the harness once; the sample's result stands."""
+    import os
+
+    from pkb_ray.pipeline.gang import LEAK_SLACK_FDS, Gang
+
+    gang = Gang(config(tmp_path, [2]).model_dump(mode="json"), "gang-leak", ["0", "1"])
+    where = Where(Layout(1, 2))
+    held = []
+    try:
+        assert gang.evaluate(sample(COPY, 0), where).status == Status.CORRECT and gang.replaced == 0
+        held = [os.open(os.devnull, os.O_RDONLY) for _ in range(LEAK_SLACK_FDS + 50)]
+        assert gang.evaluate(sample(COPY, 1), where).status == Status.CORRECT
+        assert gang.replaced == 1
+        assert gang.evaluate(sample(COPY, 2), where).status == Status.CORRECT
+        assert gang.replaced == 1  # measured again once replaced: what it cannot free is not counted twice
+    finally:
+        for fd in held:
+            os.close(fd)
+        gang.shutdown()

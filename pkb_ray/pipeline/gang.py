@@ -30,6 +30,7 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from pkb_ray.evaluate.harness import Harness
+from pkb_ray.isolation.procfs import descendants
 from pkb_ray.isolation.ranks import MULTICAST_OFF
 from pkb_ray.isolation.spread import RankHost, SpreadLauncher
 from pkb_ray.pipeline.cluster import NOSET_CUDA
@@ -41,6 +42,10 @@ from pkb_ray.spec.placement import Layout
 from pkb_ray.spec.schema import Result, Sample, Where
 
 log = logging.getLogger(__name__)
+# what a harness may hold beyond what it held new, between samples: prewarmed rank sets come and go
+# (pipes, pidfds, a sandbox's processes each), none of it hundreds
+LEAK_SLACK_FDS = 256
+LEAK_SLACK_PROCESSES = 64
 
 
 def actor_env() -> dict[str, str]:
@@ -64,13 +69,31 @@ class Gang:
             return [f"cuda:{int(g)}" for g in ids] if hw.device == "cuda" else ["cpu"] * len(ids)
 
         self.hosts = [host for host, _ in remote or []]
-        parts = [(None, devices(gpu_ids))] + [(host, devices(ids)) for host, ids in remote or []]
-        launcher = SpreadLauncher(parts, store_host=ray.util.get_node_ip_address()) if self.hosts else None
-        self.harness = Harness([d for _, ds in parts for d in ds], self.cfg.eval, hw,
-                               load_problems(self.cfg.problems_dir), work_dir=self.cfg.cache_path / "work" / name,
-                               cache_dir=self.cfg.cache_path, launcher=launcher, private=private_paths(self.cfg),
-                               name=name)
-        self.harness.prewarm()  # the first sample's rank processes start while the pool fills up
+        self._parts = [(None, devices(gpu_ids))] + [(host, devices(ids)) for host, ids in remote or []]
+        self.replaced = 0  # harnesses replaced after an evaluator error or a leak
+        self.harness = self._new_harness()
+        self._baseline = self._resources()  # what a healthy gang holds between samples
+
+    def _new_harness(self) -> Harness:
+        """A harness on the gang's devices: its own clean set, zygotes and prewarmed rank sets."""
+        launcher = SpreadLauncher(self._parts, store_host=ray.util.get_node_ip_address()) if self.hosts else None
+        harness = Harness([d for _, ds in self._parts for d in ds], self.cfg.eval, self.cfg.hardware,
+                          load_problems(self.cfg.problems_dir), work_dir=self.cfg.cache_path / "work" / self.name,
+                          cache_dir=self.cfg.cache_path, launcher=launcher, private=private_paths(self.cfg),
+                          name=self.name)
+        harness.prewarm()  # the first sample's rank processes start while the pool fills up
+        return harness
+
+    def _replace(self, why: str) -> None:
+        """Close the harness (every rank process and descriptor it holds) and start a new one."""
+        log.warning("gang %s: a new harness (%s)", self.name, why)
+        try:
+            self.harness.close()
+        except Exception:  # noqa: BLE001 - a broken harness is dropped all the same
+            log.exception("gang %s: closing the old harness failed", self.name)
+        self.replaced += 1
+        self.harness = self._new_harness()
+        self._baseline = self._resources()  # what is still held now is not the new harness's doing
 
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "pid": os.getpid(), "devices": self.harness.devices,
@@ -82,14 +105,40 @@ class Gang:
         return self.harness.deadline_epoch
 
     def evaluate(self, sample: Sample, where: Where | None = None) -> Result:
-        try:
-            return self.harness.evaluate(sample, where)
-        except Exception:  # noqa: BLE001 - an evaluator fault still yields this sample's row
-            fields = where.fields if where else {"world_size": len(self.harness.devices), "nodes": self.harness.nodes,
-                                                 "hardware": self.cfg.hardware.name,
-                                                 "device_backend": self.cfg.hardware.backend}
-            return Result.for_sample(sample, Status.RUNTIME_ERROR, "evaluator error (not the sample's fault):\n"
-                                     + traceback.format_exc(), gang=self.name, **fields)
+        """The sample's result. An evaluator error (the harness raised: a clean set that died, a
+        broken zygote, ...) replaces the harness and evaluates the sample once more; a second one
+        is the sample's row, marked as not its fault. After each sample the gang's descriptors and
+        child processes are counted: a harness that holds more than it did when new is replaced."""
+        for attempt in (1, 2):
+            try:
+                result = self.harness.evaluate(sample, where)
+            except Exception:  # noqa: BLE001 - an evaluator fault still yields this sample's row
+                failure = traceback.format_exc()
+                self._replace(f"evaluator error on {sample.problem_id} #{sample.sample_index}, attempt {attempt}")
+                continue
+            leaked = self._leaked()
+            if leaked:
+                self._replace(leaked)
+            return result
+        fields = where.fields if where else {"world_size": len(self.harness.devices), "nodes": self.harness.nodes,
+                                             "hardware": self.cfg.hardware.name,
+                                             "device_backend": self.cfg.hardware.backend}
+        return Result.for_sample(sample, Status.RUNTIME_ERROR, "evaluator error (not the sample's fault), twice, "
+                                 "on a new harness the second time:\n" + failure, gang=self.name, **fields)
+
+    def _resources(self) -> tuple[int, int]:
+        """(open descriptors, processes below this one) of the gang's process."""
+        return len(os.listdir("/proc/self/fd")), len(descendants(os.getpid()))
+
+    def _leaked(self) -> str:
+        """Why the harness holds more than a new one did (descriptors, processes), or ""."""
+        fds, procs = self._resources()
+        base_fds, base_procs = self._baseline
+        if fds > base_fds + LEAK_SLACK_FDS:
+            return f"{fds} descriptors open, {base_fds} when it was new"
+        if procs > base_procs + LEAK_SLACK_PROCESSES:
+            return f"{procs} processes below it, {base_procs} when it was new"
+        return ""
 
     def shutdown(self) -> None:
         self.harness.close()
