@@ -70,6 +70,7 @@ def start(overrides: list[str], folder: Path, ready_timeout_s: float) -> tuple[s
 async def phase(url: str, bodies: list[dict], concurrency: int) -> dict:
     latencies: list[float] = []
     statuses: dict[str, int] = {}
+    unexpected: list[dict] = []  # every verdict that is not correct, with its message: what to look into
     gate = asyncio.Semaphore(concurrency)
     async with httpx.AsyncClient(timeout=900, limits=httpx.Limits(max_connections=concurrency + 4)) as client:
         async def one(body: dict) -> None:
@@ -77,14 +78,19 @@ async def phase(url: str, bodies: list[dict], concurrency: int) -> dict:
                 t = time.monotonic()
                 reply = await client.post(url + "/v1/verify", json=body)
                 latencies.append(time.monotonic() - t)
-                status = reply.json().get("status", str(reply.status_code))
+                answer = reply.json() if reply.headers.get("content-type", "").startswith("application/json") else {}
+                status = answer.get("status", str(reply.status_code))
                 statuses[status] = statuses.get(status, 0) + 1
+                if status != "correct":
+                    unexpected.append({"status": status, "source_head": body.get("source", "")[:40],
+                                       "message": str(answer.get("message") or answer.get("detail") or reply.text)[:2000]})
 
         t0 = time.monotonic()
         await asyncio.gather(*(one(b) for b in bodies))
         wall = time.monotonic() - t0
     return {"requests": len(bodies), "concurrency": concurrency, "wall_s": round(wall, 2),
-            "per_hour": round(3600 * len(bodies) / wall), "latency_s": percentiles(latencies), "statuses": statuses}
+            "per_hour": round(3600 * len(bodies) / wall), "latency_s": percentiles(latencies), "statuses": statuses,
+            "not_correct": unexpected}
 
 
 def main() -> int:
