@@ -32,6 +32,8 @@ CASES = [  # sample, the status it must get, a phrase of its message
      ("outside every device allocation", "timed call gave a wrong answer")),
     # outputs "where the last region said" before any said (a graph's replays may, once described)
     ("claims_as_before.py", Status.WRONG_OUTPUT, "0 tensors, expected 1"),
+    # allocation sizes beside its IPC handles are checked against what the driver maps (issue 64)
+    ("claims_a_larger_allocation.py", Status.TAMPERING, "less than the size its rank claimed"),
 ]
 
 

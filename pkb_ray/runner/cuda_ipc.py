@@ -202,6 +202,7 @@ class Importer:
         torch.cuda.init()
         self._ordinal = self.device.index if self.device.index is not None else torch.cuda.current_device()
         self._opened: dict[str, int] = {}  # handle_hex -> where its whole allocation is mapped here
+        self._sizes: dict[str, int] = {}  # handle_hex -> the bytes mapped there (the driver's, not the owner's word)
 
     def read(self, allocations: dict[int, tuple[int, str]], spans: list[tuple[int, int]]) -> list[torch.Tensor]:
         """A new uint8 tensor on the device per span ``(address, nbytes)`` in the owner's address
@@ -238,9 +239,13 @@ class Importer:
         torch.cuda.synchronize(self.device)
 
     def _open(self, d: _Driver, base: int, size: int, handle_hex: str) -> int:
-        if handle_hex in self._opened:
-            return self._opened[handle_hex]
+        """Where the allocation of ``handle_hex`` is mapped here; refuses one whose real size is
+        smaller than the ``size`` the owner claimed (every read and write is checked against the
+        claim, so the claim must not reach past the mapping: issue 64)."""
         where = f"allocation {base:#x} ({size} bytes)"
+        if handle_hex in self._opened:
+            self._fits(handle_hex, size, where)
+            return self._opened[handle_hex]
         if not handle_hex:
             raise IpcReadError(f"{where} has no IPC handle (not exportable, e.g. VMM memory)")
         try:
@@ -254,14 +259,24 @@ class Importer:
         except CudaDriverError as e:
             raise IpcReadError(f"cannot open the IPC handle of {where}: {e}") from e
         self._opened[handle_hex] = opened.value
+        real_base, real_size = _u64(), _size()
+        d.check("cuMemGetAddressRange_v2", d.cuMemGetAddressRange_v2(ctypes.byref(real_base), ctypes.byref(real_size),
+                                                                     opened.value))
+        self._sizes[handle_hex] = real_size.value - (opened.value - real_base.value)
+        self._fits(handle_hex, size, where)
         return opened.value
+
+    def _fits(self, handle_hex: str, size: int, where: str) -> None:
+        if size > self._sizes.get(handle_hex, 0):
+            raise IpcReadError(f"{where}: its IPC handle maps {self._sizes.get(handle_hex, 0)} bytes, less than the "
+                               "size its rank claimed")
 
     def close(self) -> None:
         """Unmap every opened handle (before the owner goes away); raises the first failure after
         trying them all."""
         if not self._opened:
             return
-        opened, self._opened = self._opened, {}
+        opened, self._opened, self._sizes = self._opened, {}, {}
         failed: CudaDriverError | None = None
         with _on_device(self._ordinal) as d:
             for ptr in opened.values():
