@@ -384,3 +384,12 @@ def _target(fd: str) -> str:
         return os.readlink(f"/proc/self/fd/{fd}")
     except OSError:
         return "?"
+
+
+def test_a_sample_that_uses_torch_compile_is_judged_within_its_budget(shared_harness):
+    """Compiling with inductor takes longer than a CPU sample's whole budget: the sample gets
+    eval.torch_compile_timeout_s more, and is correct."""
+    h = shared_harness(2, timeout_s=10)  # the hostile tests' harness: ~20 s of compiling is twice this
+    result = h.evaluate(_sample("uses_torch_compile.py"))
+    assert result.status == Status.CORRECT, result.message
+    assert result.phase_seconds["trials"] > 10  # beyond eval.timeout_s: the budget that made it judgeable

@@ -11,7 +11,7 @@ from typing import Callable, Protocol
 from pkb_ray.cuda import DEFAULT_ARCH
 from pkb_ray.evaluate import figures
 from pkb_ray.evaluate.attempt import Attempt, Subject
-from pkb_ray.evaluate.deadlines import MARGIN_S, Deadline
+from pkb_ray.evaluate.deadlines import MARGIN_S, Deadline, uses_torch_compile
 from pkb_ray.evaluate.figures import PhaseClock, records, view
 from pkb_ray.evaluate.rounds import FREEZE_TIMEOUT_S, RoundDriver, pair
 from pkb_ray.evaluate.verdict import Evidence, Verdict, judge
@@ -55,6 +55,7 @@ class SampleSteps:
         self.cfg = host.cfg
         # a sample whose format builds torch extensions (load_inline) may build them on the rank: the time too
         self.builds = formats.of(subject.sample.metadata).builds_extensions
+        self.compiles = uses_torch_compile(subject.sample.source)  # torch.compile: its first calls compile
         self.rule = formats.second_verdict()
         self.deadline: Deadline | None = None
         self.evidence: Evidence | None = None
@@ -98,7 +99,8 @@ class SampleSteps:
         candidate = self.ranks.job_dir / "candidate.py"
         candidate.write_text(self.subject.sample.source)
         # from here the sample's own deadline: every wait below ends by it (the clean set's by it plus the margin)
-        self.deadline = Deadline.after(self.cfg.timeout_s + (self.cfg.inline_build_timeout_s if self.builds else 0.0))
+        self.deadline = Deadline.after(self.cfg.timeout_s + (self.cfg.inline_build_timeout_s if self.builds else 0.0)
+                                       + (self.cfg.torch_compile_timeout_s if self.compiles else 0.0))
         self.host.expect_within(self.deadline.budget_s + MARGIN_S)
         cmd = RunTrials(case=self.subject.case, candidate_path=str(candidate), seeds=self.expected.seeds,
                         structure=self.expected.structure, prebuilt=self.subject.sample.metadata.get("torch_extensions", ""),

@@ -141,6 +141,10 @@ class EvalConfig(_Strict):
     inline_build_timeout_s: float = Field(600.0, gt=0, description="extra time for the trial step of samples "
                                           "that build their extensions on the rank (load_inline; "
                                           "formats.builds_extensions)")
+    torch_compile_timeout_s: float = Field(180.0, ge=0, description="extra time for a sample whose source uses "
+                                           "torch.compile (or torch._dynamo / torch._inductor): its first calls "
+                                           "compile on the rank, in a cache of its own that no other sample "
+                                           "shares (~25 s for one small function, cold, on 2 CPU cores)")
     compile_workers: int | None = Field(None, ge=1, description="CPU compiler actors; None: one per CPU, at most 16")
     size: str | dict[str, int] = Field("small", description="a size preset of every problem (small, default, "
                                                             "large), or knob values, e.g. {numel: 65536}")
