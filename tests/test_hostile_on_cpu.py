@@ -139,7 +139,7 @@ def test_helpers_that_resume_everything_gain_nothing(shared_harness):
     assert rank_processes_left(h.work_dir) == []
 
 
-@pytest.mark.parametrize("name", ["busy_helper.py", "allocates_heavily.py"])
+@pytest.mark.parametrize("name", ["busy_helper.py", "allocates_heavily.py", "uses_a_thread_pool.py"])
 def test_honest_samples_that_load_their_own_machine_are_correct(shared_harness, name):
     # no "times forged" verdict to get wrong: their load is their time, and the helper is stopped
     # with them while the reference runs (no interference, no escape)
