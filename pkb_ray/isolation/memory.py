@@ -43,15 +43,16 @@ class SharedMapping(Unreadable):
 DRIVER_MAPPINGS = ("/dev/nvidia",)
 
 
-def check_private(pid: int, entries: list[list[int]]) -> None:
+def check_private(pid: int, entries: list[list[int]], shared: list[procfs.Mapping] | None = None) -> None:
     """Raise :class:`SharedMapping` unless every layout entry of process ``pid`` lies in memory only
-    it maps (private mappings: the heap, anonymous memory, a file mapped MAP_PRIVATE). Read from
-    ``/proc/PID/maps`` with the process stopped: a mapping can only change while it runs."""
+    it maps (private mappings: the heap, anonymous memory, a file mapped MAP_PRIVATE). From
+    ``/proc/PID/maps`` (or ``shared``, its shared mappings as read earlier) with the process
+    stopped: a mapping can only change while it runs."""
     spans = sorted((s, s + n) for s, n in (entry_span(e) for e in entries) if n > 0)
     if not spans:
         return
-    shared = [(m.start, m.end, m.path) for m in procfs.mappings(pid)
-              if m.shared and not m.path.startswith(DRIVER_MAPPINGS)]
+    found = procfs.shared_mappings(pid) if shared is None else shared
+    shared = [(m.start, m.end, m.path) for m in found if not m.path.startswith(DRIVER_MAPPINGS)]
     for start, end in spans:
         for lo, hi, path in shared:
             if lo < end and start < hi:
@@ -88,11 +89,13 @@ def _memory(pid: int, flags: int, doing: str):
         os.close(fd)
 
 
-def read_entries(pid: int, entries: list[list[int]], private: bool = False) -> list[bytes]:
-    """The bytes each layout entry of process ``pid`` covers; with ``private``, only where every
-    entry lies in memory no other process maps (:func:`check_private`)."""
-    if private:
-        check_private(pid, entries)
+def read_entries(pid: int, entries: list[list[int]], private: bool = False,
+                 shared: list[procfs.Mapping] | None = None) -> list[bytes]:
+    """The bytes each layout entry of process ``pid`` covers; with ``private`` (or the process's
+    ``shared`` mappings, read while it stayed stopped), only where every entry lies in memory no
+    other process maps (:func:`check_private`)."""
+    if private or shared is not None:
+        check_private(pid, entries, shared)
     out = []
     with _memory(pid, os.O_RDONLY, "reading") as fd:
         for entry in entries:
@@ -106,12 +109,14 @@ def read_entries(pid: int, entries: list[list[int]], private: bool = False) -> l
     return out
 
 
-def write_entries(pid: int, entries: list[list[int]], blobs: list[bytes], private: bool = False) -> None:
+def write_entries(pid: int, entries: list[list[int]], blobs: list[bytes], private: bool = False,
+                  shared: list[procfs.Mapping] | None = None) -> None:
     """``blobs`` written into process ``pid``'s memory, each at its layout entry (of the same size):
-    the trusted side filling a rank's staged inputs while its set is stopped; with ``private``, only
-    where every entry lies in memory no other process maps (:func:`check_private`)."""
-    if private:
-        check_private(pid, entries)
+    the trusted side filling a rank's staged inputs while its set is stopped; with ``private`` (or
+    ``shared``, as for :func:`read_entries`), only where every entry lies in memory no other
+    process maps (:func:`check_private`)."""
+    if private or shared is not None:
+        check_private(pid, entries, shared)
     with _memory(pid, os.O_WRONLY, "writing") as fd:
         for entry, blob in zip(entries, blobs, strict=True):
             start, size = entry_span(entry)

@@ -9,6 +9,7 @@ exception: the callers decide what a vanished process means.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,16 +124,22 @@ def inner_pid(pid: int) -> int | None:
 
 @dataclass(frozen=True)
 class Mapping:
-    """One line of ``/proc/PID/maps``: an address range and whether other processes can share it."""
+    """One line of ``/proc/PID/maps``: an address range other processes can share (MAP_SHARED)."""
 
     start: int
     end: int
-    shared: bool  # MAP_SHARED ('s'): writes to it are seen by every process that maps it
-    path: str  # the file mapped ('' for anonymous memory; '[heap]', '/memfd:x (deleted)', ...)
+    path: str  # the file mapped ('/memfd:x (deleted)', '/dev/shm/...', '/dev/zero (deleted)', ...)
 
 
-def mappings(pid: int) -> list[Mapping]:
-    """Every mapping of ``pid``'s address space, in address order (empty when it is gone)."""
+# the permissions of a shared mapping's line ('rw-s'), between the range and the offset
+_SHARED_PERMS = re.compile(r" [r-][w-][x-]s ")
+
+
+def shared_mappings(pid: int) -> list[Mapping]:
+    """The mappings of ``pid``'s address space that other processes can map too, in address order
+    (empty when it has none, or is gone). Only the lines whose permissions say shared are parsed:
+    a torch process has hundreds of private mappings, and the trusted side looks before every
+    write of a round's inputs."""
     try:
         fd = os.open(f"/proc/{pid}/maps", os.O_RDONLY)
     except OSError:
@@ -145,13 +152,16 @@ def mappings(pid: int) -> list[Mapping]:
         return []
     finally:
         os.close(fd)
+    text = b"".join(chunks).decode(errors="replace")
     found = []
-    for line in b"".join(chunks).decode(errors="replace").splitlines():
-        fields = line.split(None, 5)  # range perms offset dev inode [path]
-        if len(fields) < 5:
+    for m in _SHARED_PERMS.finditer(text):  # few lines match: each is parsed whole
+        begin = text.rfind("\n", 0, m.start()) + 1
+        end = text.find("\n", m.end())
+        fields = text[begin:end if end >= 0 else len(text)].split(None, 5)
+        if len(fields) < 5 or fields[1][3:4] != "s":
             continue
-        start, _, end = fields[0].partition("-")
-        found.append(Mapping(int(start, 16), int(end, 16), fields[1][3:4] == "s", fields[5] if len(fields) > 5 else ""))
+        lo, _, hi = fields[0].partition("-")
+        found.append(Mapping(int(lo, 16), int(hi, 16), fields[5] if len(fields) > 5 else ""))
     return found
 
 

@@ -33,6 +33,7 @@ import torch.distributed as dist
 from pkb_ray.isolation import allowlist, sandbox
 from pkb_ray.isolation.freezer import Freezer
 from pkb_ray.isolation.memory import Unreadable, host_pids, read_entries, write_entries
+from pkb_ray.isolation.procfs import shared_mappings
 from pkb_ray.isolation.zygote import DESCRIBED as ZYGOTE_DESCRIBED
 from pkb_ray.isolation.zygote import Forked, ZygoteFailed, Zygotes
 from pkb_ray.isolation.zygote import request as forked_request
@@ -242,6 +243,7 @@ class RankSet:
         self.job_dir.mkdir(parents=True, exist_ok=True)
         self.backend = backend
         self.role = Role(role)  # a candidate's tensors are read and written only in private memory
+        self._shared: dict[int, list] = {}  # pid -> its shared mappings, while the set stays stopped
         self._tags = itertools.count()
         self._exits_seen = 0.0  # when a wait last read the exit files (EXIT_POLL_S)
         level = sandbox.Isolation(isolation.level)
@@ -320,10 +322,21 @@ class RankSet:
         return self.wait(Step.READY, time.monotonic() + timeout_s, since=self.started_at, kind=Ready)
 
     def read_tensors(self, rank: int, entries: list[list[int]]) -> list[bytes]:
-        return read_entries(self._host_pid(rank), entries, private=self.role is Role.CANDIDATE)
+        pid = self._host_pid(rank)
+        return read_entries(pid, entries, shared=self._shared_of(pid))
 
     def write_tensors(self, rank: int, entries: list[list[int]], blobs: list[bytes]) -> None:
-        write_entries(self._host_pid(rank), entries, blobs, private=self.role is Role.CANDIDATE)
+        pid = self._host_pid(rank)
+        write_entries(pid, entries, blobs, shared=self._shared_of(pid))
+
+    def _shared_of(self, pid: int) -> list | None:
+        """A candidate's process's shared mappings (:func:`pkb_ray.isolation.memory.check_private`),
+        read once while the set stays stopped; None for the clean set (its tensors are not checked)."""
+        if self.role is not Role.CANDIDATE:
+            return None
+        if pid not in self._shared:
+            self._shared[pid] = shared_mappings(pid)
+        return self._shared[pid]
 
     def _host_pid(self, rank: int) -> int:
         if not self.host_pids:  # where each rank's process is on the host, from the pid its ready
@@ -462,7 +475,7 @@ class RankSet:
         for fd in fds:
             poller.register(fd, select.POLLIN)
         try:
-            poller.poll(max(0, int(timeout_s * 1000)))
+            poller.poll(max(0.0, timeout_s * 1000))  # rounded up to a millisecond: a report wakes it at once
         except OSError:  # interrupted: the next look says what happened
             pass
 
@@ -478,6 +491,7 @@ class RankSet:
         return self.freezer.freeze(timeout_s)
 
     def thaw(self) -> None:
+        self._shared = {}  # what the processes map may change once they run
         self.freezer.thaw()
 
     def ran_while_frozen(self) -> str:

@@ -91,7 +91,7 @@ def _exited(pidfd: int, timeout: float | None) -> bool:
     select: select() refuses descriptors numbered 1024 or more, which a busy gang reaches."""
     poller = select.poll()
     poller.register(pidfd, select.POLLIN)
-    return bool(poller.poll(None if timeout is None else max(0, int(timeout * 1000))))
+    return bool(poller.poll(None if timeout is None else max(0.0, timeout * 1000)))
 
 
 class Zygote:
