@@ -23,6 +23,14 @@ time.sleep(600)
 """
 
 
+def _tree(root, n: int) -> list[int]:
+    """The processes below ``root`` once there are ``n`` of them (or after 20 s)."""
+    deadline = time.monotonic() + 20
+    while len(descendants(root.pid)) < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return descendants(root.pid)
+
+
 def _cpu_ticks(pids):
     total = 0
     for pid in pids:
@@ -37,10 +45,7 @@ def _cpu_ticks(pids):
 def test_freeze_stops_the_whole_tree_and_thaw_resumes_it():
     root = subprocess.Popen([sys.executable, "-c", TREE], start_new_session=True)
     try:
-        deadline = time.monotonic() + 20
-        while len(descendants(root.pid)) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        tree = descendants(root.pid)
+        tree = _tree(root, 3)
         assert len(tree) >= 3, tree
         freezer = Freezer(root.pid)
         assert freezer.freeze(5.0)
@@ -81,10 +86,7 @@ def test_helpers_that_resume_each_other_are_never_called_frozen_while_they_run()
                              f"subprocess.Popen([sys.executable, '-c', {PAIR!r}])\ntime.sleep(600)"],
                             start_new_session=True)
     try:
-        deadline = time.monotonic() + 20
-        while len(descendants(root.pid)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        pair = descendants(root.pid)
+        pair = _tree(root, 2)
         assert len(pair) == 2, pair
         outcomes = []
         for _ in range(5):
@@ -105,9 +107,7 @@ def test_helpers_that_resume_each_other_are_never_called_frozen_while_they_run()
 def test_a_process_resumed_after_the_freeze_is_found_by_its_cpu_time():
     root = subprocess.Popen([sys.executable, "-c", TREE], start_new_session=True)
     try:
-        deadline = time.monotonic() + 20
-        while len(descendants(root.pid)) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _tree(root, 3)
         freezer = Freezer(root.pid)
         assert freezer.freeze(5.0)
         time.sleep(0.05)
@@ -146,9 +146,7 @@ def _waker():
     starter = f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {WAKE!r}, '{r}'], pass_fds=[{r}])\ntime.sleep(600)"
     root = subprocess.Popen([sys.executable, "-c", starter], pass_fds=[r], start_new_session=True)
     os.close(r)
-    deadline = time.monotonic() + 20
-    while not descendants(root.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _tree(root, 1)
     time.sleep(0.5)  # the helper's interpreter up and waiting in its read
     return root, descendants(root.pid)[0], w
 
@@ -197,10 +195,7 @@ def test_a_process_resumed_during_the_freeze_is_stopped_again():
     a timer's) is signalled again: the freeze is proven, not left to its deadline."""
     root = subprocess.Popen([sys.executable, "-c", TREE], start_new_session=True)
     try:
-        deadline = time.monotonic() + 20
-        while len(descendants(root.pid)) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        tree = descendants(root.pid)
+        tree = _tree(root, 3)
         freezer = Freezer(root.pid)
         assert freezer.freeze(5.0)
         freezer.thaw()

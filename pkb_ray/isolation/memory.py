@@ -89,12 +89,10 @@ def _memory(pid: int, flags: int, doing: str):
         os.close(fd)
 
 
-def read_entries(pid: int, entries: list[list[int]], private: bool = False,
-                 shared: list[procfs.Mapping] | None = None) -> list[bytes]:
-    """The bytes each layout entry of process ``pid`` covers; with ``private`` (or the process's
-    ``shared`` mappings, read while it stayed stopped), only where every entry lies in memory no
-    other process maps (:func:`check_private`)."""
-    if private or shared is not None:
+def read_entries(pid: int, entries: list[list[int]], shared: list[procfs.Mapping] | None = None) -> list[bytes]:
+    """The bytes each layout entry of process ``pid`` covers; given the process's ``shared``
+    mappings (read while it stayed stopped), only where no entry touches one (:func:`check_private`)."""
+    if shared is not None:
         check_private(pid, entries, shared)
     out = []
     with _memory(pid, os.O_RDONLY, "reading") as fd:
@@ -109,13 +107,12 @@ def read_entries(pid: int, entries: list[list[int]], private: bool = False,
     return out
 
 
-def write_entries(pid: int, entries: list[list[int]], blobs: list[bytes], private: bool = False,
+def write_entries(pid: int, entries: list[list[int]], blobs: list[bytes],
                   shared: list[procfs.Mapping] | None = None) -> None:
     """``blobs`` written into process ``pid``'s memory, each at its layout entry (of the same size):
-    the trusted side filling a rank's staged inputs while its set is stopped; with ``private`` (or
-    ``shared``, as for :func:`read_entries`), only where every entry lies in memory no other
-    process maps (:func:`check_private`)."""
-    if private or shared is not None:
+    the trusted side filling a rank's staged inputs while its set is stopped; given ``shared``, as
+    for :func:`read_entries`."""
+    if shared is not None:
         check_private(pid, entries, shared)
     with _memory(pid, os.O_WRONLY, "writing") as fd:
         for entry, blob in zip(entries, blobs, strict=True):

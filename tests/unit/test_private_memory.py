@@ -24,9 +24,9 @@ def test_a_tensor_in_private_memory_is_read_and_written():
     x = torch.arange(4096, dtype=torch.float32)
     entries = layout(x)
     check_private(os.getpid(), entries)
-    write_entries(os.getpid(), entries, [torch.ones(4096).numpy().tobytes()], private=True)
+    write_entries(os.getpid(), entries, [torch.ones(4096).numpy().tobytes()], shared=procfs.shared_mappings(os.getpid()))
     assert bool((x == 1).all())
-    assert read_entries(os.getpid(), entries, private=True)[0] == x.numpy().tobytes()
+    assert read_entries(os.getpid(), entries, shared=procfs.shared_mappings(os.getpid()))[0] == x.numpy().tobytes()
 
 
 @pytest.mark.parametrize("offset", [0, 4096, (1 << 16) - 8])
@@ -36,7 +36,7 @@ def test_a_tensor_touching_a_shared_mapping_is_refused_both_ways(offset):
     x = whole[offset:offset + 8]
     entries = layout(x)
     with pytest.raises(SharedMapping, match="shared mapping"):
-        read_entries(os.getpid(), entries, private=True)
+        read_entries(os.getpid(), entries, shared=procfs.shared_mappings(os.getpid()))
     with pytest.raises(SharedMapping, match="shared mapping"):
-        write_entries(os.getpid(), entries, [b"\0" * 8], private=True)
+        write_entries(os.getpid(), entries, [b"\0" * 8], shared=procfs.shared_mappings(os.getpid()))
     assert read_entries(os.getpid(), entries) == [bytes(x.numpy())]  # the trusted side's own reads are not checked
