@@ -43,21 +43,29 @@ class SharedMapping(Unreadable):
 DRIVER_MAPPINGS = ("/dev/nvidia",)
 
 
-def check_private(pid: int, entries: list[list[int]], shared: list[procfs.Mapping] | None = None) -> None:
+def check_private(pid: int, entries: list[list[int]], shared: procfs.SharedLookup | None = None) -> None:
     """Raise :class:`SharedMapping` unless every layout entry of process ``pid`` lies in memory only
-    it maps (private mappings: the heap, anonymous memory, a file mapped MAP_PRIVATE). From
-    ``/proc/PID/maps`` (or ``shared``, its shared mappings as read earlier) with the process
+    it maps (private mappings: the heap, anonymous memory, a file mapped MAP_PRIVATE). Asked of the
+    kernel (``shared``, kept open for the process, or a lookup made for this call) with the process
     stopped: a mapping can only change while it runs."""
     spans = sorted((s, s + n) for s, n in (entry_span(e) for e in entries) if n > 0)
     if not spans:
         return
-    found = procfs.shared_mappings(pid) if shared is None else shared
-    shared = [(m.start, m.end, m.path) for m in found if not m.path.startswith(DRIVER_MAPPINGS)]
-    for start, end in spans:
-        for lo, hi, path in shared:
-            if lo < end and start < hi:
-                raise SharedMapping(f"a tensor at {start:#x} ({end - start} bytes) lies in a shared mapping "
-                                    f"({path or 'anonymous'}, {lo:#x}-{hi:#x}) that other processes can map")
+    lookup = shared or procfs.SharedLookup(pid)
+    try:
+        for start, end in spans:
+            for m in lookup.overlapping(start, end):
+                if not m.path.startswith(DRIVER_MAPPINGS):
+                    raise SharedMapping(f"a tensor at {start:#x} ({end - start} bytes) lies in a shared mapping "
+                                        f"({m.path or 'anonymous'}, {m.start:#x}-{m.end:#x}) that other processes "
+                                        "can map")
+    except OSError as exc:
+        if isinstance(exc, Unreadable):
+            raise
+        raise Unreadable(f"cannot ask what backs process {pid}'s memory: {exc.strerror}") from None
+    finally:
+        if shared is None:
+            lookup.close()
 
 
 def host_pids(root: int, inner: dict[int, int]) -> dict[int, int]:
@@ -89,9 +97,9 @@ def _memory(pid: int, flags: int, doing: str):
         os.close(fd)
 
 
-def read_entries(pid: int, entries: list[list[int]], shared: list[procfs.Mapping] | None = None) -> list[bytes]:
+def read_entries(pid: int, entries: list[list[int]], shared: procfs.SharedLookup | None = None) -> list[bytes]:
     """The bytes each layout entry of process ``pid`` covers; given the process's ``shared``
-    mappings (read while it stayed stopped), only where no entry touches one (:func:`check_private`)."""
+    lookup, only where no entry touches a shared mapping (:func:`check_private`)."""
     if shared is not None:
         check_private(pid, entries, shared)
     out = []
@@ -108,7 +116,7 @@ def read_entries(pid: int, entries: list[list[int]], shared: list[procfs.Mapping
 
 
 def write_entries(pid: int, entries: list[list[int]], blobs: list[bytes],
-                  shared: list[procfs.Mapping] | None = None) -> None:
+                  shared: procfs.SharedLookup | None = None) -> None:
     """``blobs`` written into process ``pid``'s memory, each at its layout entry (of the same size):
     the trusted side filling a rank's staged inputs while its set is stopped; given ``shared``, as
     for :func:`read_entries`."""

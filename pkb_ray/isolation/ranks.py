@@ -33,7 +33,7 @@ import torch.distributed as dist
 from pkb_ray.isolation import allowlist, sandbox
 from pkb_ray.isolation.freezer import Freezer
 from pkb_ray.isolation.memory import Unreadable, host_pids, read_entries, write_entries
-from pkb_ray.isolation.procfs import shared_mappings
+from pkb_ray.isolation.procfs import SharedLookup
 from pkb_ray.isolation.zygote import DESCRIBED as ZYGOTE_DESCRIBED
 from pkb_ray.isolation.zygote import Forked, ZygoteFailed, Zygotes
 from pkb_ray.isolation.zygote import request as forked_request
@@ -243,7 +243,7 @@ class RankSet:
         self.job_dir.mkdir(parents=True, exist_ok=True)
         self.backend = backend
         self.role = Role(role)  # a candidate's tensors are read and written only in private memory
-        self._shared: dict[int, list] = {}  # pid -> its shared mappings, while the set stays stopped
+        self._shared: dict[int, SharedLookup] = {}  # pid -> what backs its memory, asked while stopped
         self._tags = itertools.count()
         self._exits_seen = 0.0  # when a wait last read the exit files (EXIT_POLL_S)
         level = sandbox.Isolation(isolation.level)
@@ -329,13 +329,13 @@ class RankSet:
         pid = self._host_pid(rank)
         write_entries(pid, entries, blobs, shared=self._shared_of(pid))
 
-    def _shared_of(self, pid: int) -> list | None:
-        """A candidate's process's shared mappings (:func:`pkb_ray.isolation.memory.check_private`),
-        read once while the set stays stopped; None for the clean set (its tensors are not checked)."""
+    def _shared_of(self, pid: int) -> SharedLookup | None:
+        """What backs a candidate's process's memory (:func:`pkb_ray.isolation.memory.check_private`),
+        one lookup for the process's life; None for the clean set (its tensors are not checked)."""
         if self.role is not Role.CANDIDATE:
             return None
         if pid not in self._shared:
-            self._shared[pid] = shared_mappings(pid)
+            self._shared[pid] = SharedLookup(pid)
         return self._shared[pid]
 
     def _host_pid(self, rank: int) -> int:
@@ -491,7 +491,8 @@ class RankSet:
         return self.freezer.freeze(timeout_s)
 
     def thaw(self) -> None:
-        self._shared = {}  # what the processes map may change once they run
+        for lookup in self._shared.values():  # what the processes map may change once they run
+            lookup.forget()
         self.freezer.thaw()
 
     def ran_while_frozen(self) -> str:
@@ -518,6 +519,9 @@ class RankSet:
             pass
         self._slot.close()
         self.freezer.close()
+        for lookup in self._shared.values():
+            lookup.close()
+        self._shared = {}
         for pipe in self._pipes:
             try:
                 pipe.close()
