@@ -7,7 +7,10 @@ import subprocess
 import sys
 import time
 
-from pkb_ray.isolation.freezer import Freezer
+import pytest
+
+from pkb_ray.isolation import freeze_group
+from pkb_ray.isolation.freezer import Freezer, task_state
 from pkb_ray.isolation.procfs import descendants
 
 # a spinning child, and a spinning grandchild whose parent exited (re-parented above the root
@@ -223,3 +226,61 @@ def test_a_process_resumed_during_the_freeze_is_stopped_again():
     finally:
         os.killpg(root.pid, signal.SIGKILL)
         root.wait()
+
+
+needs_group = pytest.mark.skipif(freeze_group.parent()[0] is None,
+                                 reason=f"no cgroup of our own: {freeze_group.parent()[1]}")
+
+
+@needs_group
+def test_a_freeze_group_holds_what_signals_cannot():
+    """Adopted into a cgroup of its own, the tree is frozen by the kernel: a SIGCONT (a peer's, a
+    timer's) does not resume a frozen task, and a process forked later starts inside and frozen."""
+    root = subprocess.Popen([sys.executable, "-c", TREE], start_new_session=True)
+    group = freeze_group.FreezeGroup(freeze_group.parent()[0])
+    try:
+        tree = _tree(root, 3)
+        assert group.adopt(tree)
+        freezer = Freezer(root.pid)
+        freezer.use_cgroup(group.path)
+        assert freezer.how == "cgroup freezer"
+        assert freezer.freeze(5.0)
+        for pid in tree:  # what escaped the SIGSTOP freezer
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.1)
+        before = _cpu_ticks(tree)
+        time.sleep(0.5)
+        assert _cpu_ticks(tree) == before  # nothing ran while frozen
+        freezer.thaw()
+        time.sleep(0.5)
+        assert _cpu_ticks(tree) > before
+        later = set(descendants(root.pid)) - set(tree)
+        assert not later
+        assert set(tree) <= {int(p) for p in (group.path / "cgroup.procs").read_text().split()}
+    finally:
+        assert group.close()  # kills what is inside: the tree
+        time.sleep(0.2)
+        assert all(task_state(pid, str(pid)) in ("Z", "") for pid in tree)  # dead, left to their parents to reap
+        os.killpg(root.pid, signal.SIGKILL)
+        root.wait()
+    assert not group.path.exists()
+
+
+@needs_group
+def test_a_sandbox_is_frozen_by_its_group_once_ready(make_harness):
+    """A harness's rank sets move into a freezing cgroup when they are ready (zygote-forked sets
+    included): a helper woken by a timer's SIGCONT gains nothing and is not caught, because it never
+    runs while its set is frozen."""
+    from conftest import HOSTILE
+    from pkb_ray.spec.schema import Sample
+
+    h = make_harness(2, timeout_s=10)
+    result = h.evaluate(Sample(problem_id="all_reduce", model="hostile", sample_index=0,
+                               source=(HOSTILE / "wakes_itself_with_a_timer.py").read_text()))
+    # with the SIGSTOP freezer it is caught (tests/test_hostile_on_cpu.py); here it never ran frozen
+    assert result.status == "correct", result.message
+    assert result.speedup is not None and result.speedup < 1.0  # its spinning costs only itself
+    groups = list(freeze_group.parent()[0].glob(f"pkb-freeze-{os.getpid()}-*"))
+    assert groups  # the clean set's, at least, while the harness is open
+    h.close()
+    assert not [g for g in groups if g.exists()]

@@ -1,8 +1,9 @@
 """Stopping every process of a candidate's sandbox, proving that they stopped, and resuming them.
 
-With a cgroup of its own (``PKB_CGROUP_PARENT``, :class:`pkb_ray.isolation.sandbox.CgroupSlot`) the sandbox
-is frozen by the cgroup freezer (``cgroup.freeze``), which holds every task, those it forks too,
-until thawed, and says so (``frozen 1`` in ``cgroup.events``). Without one, every process below
+With a cgroup of its own (a full slot, :class:`pkb_ray.isolation.sandbox.CgroupSlot`, or one for
+freezing alone, :mod:`pkb_ray.isolation.freeze_group`) the sandbox is frozen by the cgroup freezer
+(``cgroup.freeze``), which holds every task, those it forks too, until thawed, and says so
+(``frozen 1`` in ``cgroup.events``). Without one, every process below
 the sandbox's first process gets SIGSTOP, found by walking its descendants in /proc (a process that
 double-forks is re-parented to the sandbox's PID namespace's init, which is below it too).
 
@@ -67,6 +68,12 @@ class Freezer:
         self._known: dict[int, int] = {}
         self._cpu: dict[tuple[int, str], int] = {}  # each task's CPU time when the freeze was proven
         self._ticks: dict[int, int] = {}  # each process's CPU time (all its tasks ever) then
+
+    def use_cgroup(self, cgroup: Path) -> None:
+        """Freeze through ``cgroup`` from now on: the set's processes were moved into it (a
+        :class:`pkb_ray.isolation.freeze_group.FreezeGroup`). Only while thawed."""
+        if not self.frozen and (cgroup / "cgroup.freeze").exists():
+            self.cgroup = cgroup
 
     @property
     def how(self) -> str:

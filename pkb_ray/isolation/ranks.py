@@ -30,7 +30,7 @@ from typing import Callable, Protocol
 
 import torch.distributed as dist
 
-from pkb_ray.isolation import allowlist, sandbox
+from pkb_ray.isolation import allowlist, freeze_group, procfs, sandbox
 from pkb_ray.isolation.freezer import Freezer
 from pkb_ray.isolation.memory import Unreadable, host_pids, read_entries, write_entries
 from pkb_ray.isolation.procfs import SharedLookup
@@ -256,8 +256,10 @@ class RankSet:
         policy = isolation.policy(self.job_dir, len(self.ranks),
                                   sandbox.Network.OWN if own_network else sandbox.Network.HOST)
         forked = self._start(spec, child, policy, probe, zygotes if role == Role.CANDIDATE and own_network else None)
-        self.isolation = probe.describe() + (f"; {ZYGOTE_DESCRIBED}" if forked else "")
         self.freezer = Freezer(self.proc.pid, self._slot.path)
+        self._freeze_group = self._new_freeze_group(probe)
+        self.isolation = probe.describe() + (f"; {ZYGOTE_DESCRIBED}" if forked else "") + \
+            f"; stopped by the {'cgroup v2 freezer' if self._freeze_group or self._slot.path else 'SIGSTOP freezer'}"
         self.host_pids: dict[int, int] = {}  # rank -> its process's pid on the host (read_tensors)
         self.started_at = time.monotonic()
         self.closed = False
@@ -318,8 +320,29 @@ class RankSet:
     def pids(self) -> list[int]:
         return [self.proc.pid]
 
+    def _new_freeze_group(self, probe: sandbox.Probe) -> freeze_group.FreezeGroup | None:
+        """A cgroup for the kernel's freezer alone (:mod:`pkb_ray.isolation.freeze_group`) where the set
+        has no cgroup slot and one can be made; None keeps the SIGSTOP freezer."""
+        where, _ = freeze_group.parent()
+        if self._slot.path is not None or where is None or probe.level is not sandbox.Isolation.SANDBOX:
+            return None
+        try:
+            return freeze_group.FreezeGroup(where)
+        except OSError:  # a limit on cgroups (cgroup.max.descendants): the signals freezer holds too
+            return None
+
     def wait_ready(self, timeout_s: float) -> StepOutcome:
-        return self.wait(Step.READY, time.monotonic() + timeout_s, since=self.started_at, kind=Ready)
+        ready = self.wait(Step.READY, time.monotonic() + timeout_s, since=self.started_at, kind=Ready)
+        group = self._freeze_group
+        if ready.ok and group is not None and not group.adopted:
+            # every process of the set runs only our runner until its first command: moved in now,
+            # what the candidate forks later starts inside
+            if group.adopt(procfs.descendants(self.proc.pid)):
+                self.freezer.use_cgroup(group.path)
+            else:
+                group.close()
+                self._freeze_group = None
+        return ready
 
     def read_tensors(self, rank: int, entries: list[list[int]]) -> list[bytes]:
         pid = self._host_pid(rank)
@@ -518,6 +541,8 @@ class RankSet:
         except subprocess.TimeoutExpired:
             pass
         self._slot.close()
+        if self._freeze_group is not None:
+            self._freeze_group.close()
         self.freezer.close()
         for lookup in self._shared.values():
             lookup.close()

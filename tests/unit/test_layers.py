@@ -19,7 +19,7 @@ LAYERS = {  # 7 = the command, 6 = entry points ... 1 = pure data and rules
     3: ["pipeline.gang", "pipeline.cluster", "isolation.spread", "evaluate.harness", "evaluate.attempt", "evaluate.figures", "evaluate.rank_sets", "evaluate.steps", "evaluate.screen", "problems.references", "evaluate.rounds", "isolation.rank_pool", "isolation.ranks", "problems.check", "isolation.zygote"],
     2: ["runner", "runner.extensions", "runner.launch", "runner.protocol", "runner.rank", "runner.resident",
         "runner.session", "runner.firing", "runner.clean", "runner.candidate", "runner.watch", "runner.graphs", "runner.loading",
-        "runner.tensor_io", "runner.trace", "runner.zygote", "runner.namespaces", "runner.cuda_ipc", "runner.toucher", "cuda", "isolation.sandbox", "isolation.allowlist", "isolation.reaper", "isolation.freezer",
+        "runner.tensor_io", "runner.trace", "runner.zygote", "runner.namespaces", "runner.cuda_ipc", "runner.toucher", "cuda", "isolation.sandbox", "isolation.allowlist", "isolation.reaper", "isolation.freezer", "isolation.freeze_group",
         "isolation.memory", "isolation.procfs", "evaluate.round_checks"],
     1: ["problem", "spec.schema", "results.metrics", "results.intervals", "measure.timing", "measure.correctness", "spec.config", "spec.placement", "results.parquet", "generate.samples",
         "pipeline.selection", "evaluate.verdict", "spec.wire", "spec.paths", "spec.names", "pipeline.scheduler", "evaluate.interference", "evaluate.deadlines", "spec.formats",
