@@ -135,7 +135,8 @@ def test_served_verdicts_are_a_sweeps(service, shared_ray, tmp_path):
         [(rel, r.get("message", "")[:300]) for rel, r in zip(SAME_AS_A_SWEEP, served)]
     assert set(by_file.values()) >= {"correct", "wrong_output", "compile_error", "tampering"}
     honest = served[0]
-    assert honest["correct"] and honest["speedup"] > 0 and 0.2 < honest["reward"] <= 1.0
+    # the reference handed back: correct, timed, and worth nothing (serve.reward.copy_reward)
+    assert honest["correct"] and honest["speedup"] > 0 and honest["reference_copy"] and honest["reward"] == 0.0
     lo, hi = honest["speedup_interval"]
     assert lo <= honest["speedup"] <= hi
     wrong = served[1]
@@ -210,7 +211,8 @@ def test_the_client_and_the_trainer_adapters(service, monkeypatch):
     # verl: its custom reward function's call, on a completion as a model writes it
     completion = f"Here is a faster version.\n```python\n{copy['source']}```\n"
     scored = compute_score("pkb_ray", completion, "all_reduce", {"sample_id": "step3-7"}, url=service.url, token=TOKEN)
-    assert scored["score"] > 0.2 and scored["correct"] == 1.0 and scored["status"] == "correct"
+    assert scored["correct"] == 1.0 and scored["status"] == "correct"
+    assert scored["reference_copy"] == 1.0 and scored["score"] == 0.0  # a copy of the prompt's reference
     assert compute_score("pkb_ray", "no code here", "all_reduce", None, url=service.url, token=TOKEN)["score"] == 0.0
     batch = compute_score_batch(["pkb_ray"] * 2, [completion, "nothing"], ["all_reduce", "all_reduce"], [None, None],
                                 url=service.url, token=TOKEN)
@@ -220,7 +222,8 @@ def test_the_client_and_the_trainer_adapters(service, monkeypatch):
     body = {"query": [prompt + completion, prompt + "sorry"], "prompts": [prompt, prompt],
             "labels": ["all_reduce", "all_reduce"]}
     answer = service.post("/openrlhf/reward", body).json()
-    assert answer["rewards"][0] > 0.2 and answer["rewards"][1] == 0.0 and len(answer["scores"]) == 2
+    assert answer["rewards"] == [0.0, 0.0] and len(answer["scores"]) == 2
+    assert answer["verdicts"][0]["correct"] and answer["verdicts"][0]["reference_copy"]  # judged, a copy
 
 
 def test_load_every_request_answered_within_its_deadline(service):

@@ -3,8 +3,10 @@
 A request goes the sweep's way (:mod:`pkb_ray.pipeline.wiring`), with the same functions:
 
 1. :meth:`Engine.submit` answers at once from the verdict cache (problem, backend, source, with
-   the evaluator's version and settings), joins an identical request already in flight, or refuses
-   (:class:`Busy`) when ``serve.max_pending`` requests are unanswered.
+   the evaluator's version and settings), joins an identical request already in flight, or takes
+   the request: always while fewer than ``serve.max_pending`` are unanswered, beyond that while its
+   expected wait (the requests ahead x the mean evaluation time / the gangs) fits its deadline;
+   else it refuses (:class:`Busy`, with when to try again).
 2. A preparing thread validates and compiles the row (``prepared_items``, as a sweep's stream
    does); CUDA sources are built on CPU-only compile actors (``BuildCuda``, the sweep's compile
    stage), while the gangs evaluate other samples. A row settled here (invalid, compile error)
@@ -23,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
+import math
 import queue
 import threading
 import time
@@ -51,14 +54,23 @@ log = logging.getLogger(__name__)
 PLANNED = 10 ** 9  # tasks announced per layout at start: the pool plans (and keeps) its gangs for them
 # verdicts the evaluator's own trouble gave, which a later request must not get from the cache
 NOT_THE_SAMPLES = ("the gang evaluating this sample died", "the evaluator's gang stopped answering")
+# CPython 3.11 keeps the depth of ast.parse's conversion in interpreter-wide state: a thread paused
+# mid-conversion (a finalizer run by the GC lets another thread in) while another parses fails with
+# "SystemError: AST constructor recursion depth mismatch" (cpython gh-106905). The replica's threads
+# that parse sources (the prepare threads validating, the HTTP handlers' answers) take this lock.
+PARSING = threading.Lock()
 
 
 class Busy(Exception):
-    """Too many requests are unanswered; try again after ``retry_after`` seconds."""
+    """No room: the request would not be answered by its deadline; try again after ``retry_after`` seconds."""
 
-    def __init__(self, pending: int, retry_after: float):
-        super().__init__(f"{pending} requests are being evaluated or wait (serve.max_pending); retry later")
-        self.retry_after = retry_after
+    def __init__(self, pending: int, max_pending: int, expected_wait: float, deadline_s: float | None,
+                 retry_after: float):
+        past = (f", and this request's expected wait ({expected_wait:.0f} s) is past its deadline ({deadline_s:g} s)"
+                if deadline_s is not None else "")
+        super().__init__(f"{pending} requests are being evaluated or wait (serve.max_pending={max_pending}){past}; "
+                         f"retry later")
+        self.expected_wait, self.retry_after = expected_wait, retry_after
 
 
 class EvaluatorFailed(Exception):
@@ -100,7 +112,7 @@ class Engine:
         self.started = time.time()
         self.error: str | None = None  # the pool's last failure, until it evaluates again
         self.pool: GangPool | None = None
-        self._mean_eval_s = 5.0  # a running mean of gang time per sample (for Retry-After)
+        self._mean_eval_s = 5.0  # running mean of gang time per sample (admission, Retry-After); a guess at first
         self._lock = threading.Lock()
         self._cache: dict[str, Result] = {}
         self._waiting: dict[str, list[Future]] = {}  # key -> requests for it, until its verdict
@@ -118,23 +130,56 @@ class Engine:
 
     # ---- requests ----
 
-    def submit(self, request: Request) -> Future:
-        """A future of the request's :class:`Verdict` (done at once for a cached one)."""
-        future: Future = Future()
-        key = request.key
+    def submit(self, request: Request, deadline_s: float | None = None) -> Future:
+        """A future of the request's :class:`Verdict` (done at once for a cached one); :class:`Busy`
+        when there is no room for it (:meth:`submit_all`)."""
+        return self.submit_all([request], deadline_s)[0]
+
+    def submit_all(self, requests: list[Request], deadline_s: float | None = None) -> list[Future]:
+        """Futures of the requests' verdicts, in their order, or :class:`Busy` with none of them taken.
+
+        Taken while the unanswered requests stay within ``serve.max_pending``; beyond it, while the
+        expected wait of the last new one fits ``deadline_s`` (a request with no deadline is not
+        taken beyond it). Cached and in-flight samples take no room."""
+        futures, started = [], []
         with self._lock:
-            if (hit := self._cache.get(key)) is not None:
-                self._counts["cached"] += 1
-                future.set_result(Verdict(hit, True))
-                return future
-            if key in self._waiting:  # the same sample is being judged: share its verdict
-                self._waiting[key].append(future)
-                return future
-            if len(self._waiting) >= self.cfg.serve.max_pending:
-                raise Busy(len(self._waiting), self._retry_after())
-            self._waiting[key] = [future]
-        self._prepare.submit(self._prepare_one, key, request)
-        return future
+            new = {r.key for r in requests if r.key not in self._cache and r.key not in self._waiting}
+            self._admit(len(new), deadline_s)
+            for request in requests:
+                future: Future = Future()
+                key = request.key
+                if (hit := self._cache.get(key)) is not None:
+                    self._counts["cached"] += 1
+                    future.set_result(Verdict(hit, True))
+                elif key in self._waiting:  # the same sample is being judged: share its verdict
+                    self._waiting[key].append(future)
+                else:
+                    self._waiting[key] = [future]
+                    started.append((key, request))
+                futures.append(future)
+        for key, request in started:
+            self._prepare.submit(self._prepare_one, key, request)
+        return futures
+
+    def expected_wait(self, position: int) -> float:
+        """Seconds until the verdict of the request at ``position`` (1: the next) of the unanswered
+        ones: the gangs take them ``gangs`` at a time, each for the measured mean evaluation time.
+        All gangs count, whatever their layout (an estimate, not a schedule)."""
+        ready = self.gangs()
+        gangs = max(1, ready.get("idle", 0) + ready.get("busy", 0))
+        return math.ceil(position / gangs) * self._mean_eval_s
+
+    def _admit(self, new: int, deadline_s: float | None) -> None:
+        """Under the lock: return if ``new`` more requests may be taken, else raise :class:`Busy`."""
+        pending, limit = len(self._waiting), self.cfg.serve.max_pending
+        if new == 0 or pending + new <= limit:
+            return
+        wait = self.expected_wait(pending + new)
+        if deadline_s is not None and wait <= deadline_s:
+            return
+        # the queue drains about a second of expected wait a second: then the same request fits
+        late = wait - deadline_s if deadline_s is not None else self.expected_wait(pending + new - limit)
+        raise Busy(pending, limit, wait, deadline_s, max(1.0, min(60.0, late)))
 
     def pending(self) -> int:
         with self._lock:
@@ -175,7 +220,8 @@ class Engine:
         for the gangs, or settle here."""
         try:
             row = self._row(request)
-            prepared = next(prepared_items(row, self.cfg, self.problems, frozenset()))
+            with PARSING:
+                prepared = next(prepared_items(row, self.cfg, self.problems, frozenset()))
             if prepared.result is not None:
                 return self._settle(key, prepared.result)
             task = prepared.task
@@ -187,6 +233,8 @@ class Engine:
             with self._lock:
                 self._at_pool[task.sample.key] = key
             self._tasks.put(task)
+        except EvaluatorFailed as exc:
+            self._fail(key, exc)
         except Exception as exc:  # noqa: BLE001 - an evaluator bug must still answer the request
             log.exception("serve: preparing a request failed")
             self._fail(key, EvaluatorFailed(f"the evaluator failed while preparing this sample: {exc!r}"))
@@ -203,22 +251,39 @@ class Engine:
         actor = self._free_builders.get()
         try:
             item = ray.get(actor.build.remote(Prepared(task=task)))
+        except ray.exceptions.RayActorError as exc:
+            # the compile actor died (killed, out of memory): a new one takes its place, and this
+            # request is answered as the evaluator's failure, which asking again mends
+            actor = self._replace_builder(actor)
+            raise EvaluatorFailed(f"the compile actor building this sample died ({type(exc).__name__}); it "
+                                  f"has been replaced: ask again") from exc
         finally:
             self._free_builders.put(actor)
         return item.result if item.result is not None else item.task
 
     def _start_builders(self) -> list:
-        settings = build_settings(self.cfg.hardware.arch, self.cfg.cache_path, self.cfg.eval.compile_timeout_s,
-                                  self.cfg.eval.isolation, private_paths(self.cfg), self.cfg.eval.inline_build_timeout_s)
-        # no CPU reserved: a long-lived service must not hold CPUs that sweeps on the same cluster
-        # schedule their own stages on (nvcc runs only while a CUDA sample is built)
-        remote = ray.remote(num_cpus=0, num_gpus=0, runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}})(BuildCuda)
-        actors = [remote.options(name=f"serve-compile-{i}").remote(settings, self.cfg.problems_dir)
-                  for i in range(self.cfg.serve.compile_workers)]
+        self._build_settings = build_settings(self.cfg.hardware.arch, self.cfg.cache_path,
+                                              self.cfg.eval.compile_timeout_s, self.cfg.eval.isolation,
+                                              private_paths(self.cfg), self.cfg.eval.inline_build_timeout_s)
+        self._builder_names = itertools.count()
+        actors = [self._new_builder() for _ in range(self.cfg.serve.compile_workers)]
         self._free_builders: queue.Queue = queue.Queue()
         for actor in actors:
             self._free_builders.put(actor)
         return actors
+
+    def _new_builder(self):
+        # no CPU reserved: a long-lived service must not hold CPUs that sweeps on the same cluster
+        # schedule their own stages on (nvcc runs only while a CUDA sample is built)
+        remote = ray.remote(num_cpus=0, num_gpus=0, runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}})(BuildCuda)
+        return remote.options(name=f"serve-compile-{next(self._builder_names)}").remote(self._build_settings,
+                                                                                         self.cfg.problems_dir)
+
+    def _replace_builder(self, dead):
+        actor = self._new_builder()
+        with self._lock:
+            self._builders = [actor if a is dead else a for a in self._builders]
+        return actor
 
     def _run_pool(self) -> None:
         """The gangs' thread: a pool on a feed that ends only with :meth:`close`; a new one if it fails."""
@@ -279,12 +344,6 @@ class Engine:
             keys = list(self._waiting)
         for key in keys:
             self._fail(key, EvaluatorFailed(why))
-
-    def _retry_after(self) -> float:
-        """A guess at when there is room: the mean evaluation time of what waits, over the gangs."""
-        ready = self.gangs()
-        gangs = max(1, ready.get("idle", 0) + ready.get("busy", 0))
-        return max(1.0, min(60.0, len(self._waiting) * self._mean_eval_s / gangs))
 
     def _restore(self) -> None:
         """Verdicts this service stored before (same code, same settings) answer again from the cache;

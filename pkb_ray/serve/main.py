@@ -4,7 +4,9 @@ The config is composed as a sweep's (hardware, eval, problems, ray=local|cluster
 ``serve`` section); Ray is started or joined as a sweep does it, then Ray Serve runs
 :class:`~pkb_ray.serve.app.RewardService` on ``serve.host:serve.port``. Bound to anything but
 loopback, every request must carry a bearer token (``serve.token_file``, else ``$serve.token_env``):
-without one the command refuses to start.
+without one the command refuses to start. It also refuses (exit 2) a port something listens on
+already, and a Ray cluster that runs a pkb_ray service already: Serve's proxy shares a port
+(SO_REUSEPORT), so a second service there would silently get half of the first one's requests.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -24,6 +27,10 @@ from pkb_ray.spec.config import ConfigError, EvalConfig, SweepConfig
 
 APP_NAME = "pkb_ray"
 READY_TIMEOUT_S = 600.0  # Ray Serve up and a first gang ready (a cluster may scale up for it)
+# requests the replica holds at once: beyond serve.max_pending the engine takes requests while
+# their expected wait fits their deadline, and each waits in the replica (a coroutine); past this
+# limit they would wait in Serve's proxy, where no deadline of ours counts
+MAX_ONGOING = 10_000
 
 log = logging.getLogger("pkb_ray")
 
@@ -74,20 +81,74 @@ def with_protocol(cfg: SweepConfig, overrides: list[str]) -> EvalConfig:
     return cfg.eval.model_copy(update=chosen)
 
 
-def start(cfg: SweepConfig, token: str | None) -> str:
-    """Start Ray Serve with the service on it; returns its URL."""
+def port_in_use(host: str, port: int) -> str | None:
+    """Why nothing new may listen on ``host:port`` here (something listens there already), or None."""
+    if port == 0:
+        return None
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        return f"{host}: {exc.strerror}"
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        # SO_REUSEADDR: a closed connection's TIME_WAIT does not count. No SO_REUSEPORT (which Serve's
+        # proxy sets): with a listener there, the bind fails instead of sharing the port with it
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            return exc.strerror or repr(exc)
+    return None
+
+
+def taken(cfg: SweepConfig, why: str) -> ConfigError:
+    return ConfigError(f"serve.port: {cfg.serve.host}:{cfg.serve.port} is in use ({why}): another service (another "
+                       f"pkb-ray serve?) listens there; stop it or choose another serve.port")
+
+
+def join(cfg: SweepConfig) -> None:
+    """Start or join Ray as a sweep does, then make sure the service can be the only one on its port
+    and cluster (ConfigError otherwise; nothing of the service is started yet)."""
+    import ray
     from ray import serve
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from pkb_ray.pipeline.cluster import check_start, join_or_start
-    from pkb_ray.serve.app import RewardService
 
     check_start(cfg)
     join_or_start(cfg)
+    running = serve.status().applications
+    if APP_NAME in running:
+        raise ConfigError(f"a pkb_ray service runs on this Ray cluster already (Serve application {APP_NAME!r}, "
+                          f"{running[APP_NAME].status.value}): one a cluster; stop it first (Ctrl-C in its "
+                          f"terminal, or `serve shutdown`)")
+    if cfg.ray.address:  # the proxy listens on the head node, which may be another machine: ask there
+        head = next((n["NodeID"] for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"]),
+                    None)
+        check = ray.remote(num_cpus=0)(port_in_use)
+        if head is not None:
+            check = check.options(scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False))
+        try:
+            why = ray.get(check.remote(cfg.serve.host, cfg.serve.port), timeout=120)
+        except Exception as exc:  # noqa: BLE001 - no answer from the head: Serve's own start says what it finds
+            log.warning("serve: could not check serve.port on the head node: %r", exc)
+            why = None
+    else:  # a local Ray: main() asked before starting it; ask again, it took a while
+        why = port_in_use(cfg.serve.host, cfg.serve.port)
+    if why:
+        raise taken(cfg, why)
+
+
+def start(cfg: SweepConfig, token: str | None) -> str:
+    """Start Ray Serve with the service on it (after :func:`join`); returns its URL."""
+    from ray import serve
+
+    from pkb_ray.serve.app import RewardService
+
     # one proxy, on the head (the URL printed): on a machine running several Ray nodes, as tests do,
     # proxies on every node would contend for the one port
     serve.start(proxy_location="HeadOnly", http_options={"host": cfg.serve.host, "port": cfg.serve.port},
                 logging_config={"log_level": "WARNING", "enable_access_log": False})
-    app = RewardService.options(max_ongoing_requests=2 * cfg.serve.max_pending + 64,
+    app = RewardService.options(max_ongoing_requests=max(MAX_ONGOING, 4 * cfg.serve.max_pending),
                                 max_queued_requests=-1).bind(cfg.model_dump(mode="json"), token)
     serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
     shown = "127.0.0.1" if cfg.serve.host in ("0.0.0.0", "::") else cfg.serve.host
@@ -132,14 +193,17 @@ def deploy_failure() -> str:
     return ""
 
 
-def stop() -> None:
+def stop(serving: bool = True) -> None:
+    """Delete the application and shut Serve down (``serving``: this process started them), then
+    the local Ray it started."""
     from ray import serve
 
     from pkb_ray.pipeline.cluster import end_job
 
     try:
-        serve.delete(APP_NAME)  # the replica closes its engine: gangs and placement groups go back
-        serve.shutdown()
+        if serving:
+            serve.delete(APP_NAME)  # the replica closes its engine: gangs and placement groups go back
+            serve.shutdown()
     except Exception as exc:  # noqa: BLE001 - Serve never started (Ray did not): nothing to stop there
         log.debug("serve: %s", exc)
     finally:
@@ -153,11 +217,16 @@ def main(argv: list[str]) -> int:
     try:
         cfg = service_config(argv)
         token = read_token(cfg)
+        if not cfg.ray.address and (why := port_in_use(cfg.serve.host, cfg.serve.port)):
+            raise taken(cfg, why)  # the head is this machine: said before Ray starts
     except ConfigError as exc:
         print(f"pkb-ray serve: {exc}", file=sys.stderr)
         return 2
     stopping = threading.Event()
+    serving = False  # Serve and the application are this process's to stop
     try:
+        join(cfg)
+        serving = True
         url = start(cfg, token)
         signal.signal(signal.SIGTERM, lambda *_: stopping.set())  # after Ray's start, which sets its own
         health = wait_ready(url)
@@ -172,6 +241,7 @@ def main(argv: list[str]) -> int:
         print(f"pkb-ray serve: {exc}", file=sys.stderr)
         return 2
     finally:
-        print("pkb_ray serve: stopping", file=sys.stderr, flush=True)
-        stop()
+        if serving:
+            print("pkb_ray serve: stopping", file=sys.stderr, flush=True)
+        stop(serving)
     return 0

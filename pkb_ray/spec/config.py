@@ -302,13 +302,16 @@ class RewardConfig(_Strict):
     """How a served verdict becomes a reward (pkb_ray.serve.reward; docs/serve.md#reward)."""
 
     kind: Literal["speedup", "binary", "fast"] = Field(
-        "speedup", description="speedup: 0 unless correct, then correct_reward rising with the speedup to 1 at "
-        "speedup_cap (log scale); binary: 1 if correct, else 0; fast: 1 if correct and faster than fast_p, "
-        "correct_reward if only correct, else 0")
-    correct_reward: float = Field(0.2, ge=0, le=1, description="the reward of a correct sample with no speedup")
+        "speedup", description="speedup: 0 unless correct, then correct_reward up to 1x, rising with log(speedup) "
+        "to 1 at speedup_cap; binary: 1 if correct, else 0; fast: 1 if correct and faster than fast_p, "
+        "correct_reward if only correct, else 0. Every kind: copy_reward for a copy of the reference")
+    correct_reward: float = Field(0.0, ge=0, le=1, description="the reward of a correct sample no faster than the "
+                                  "reference (kind speedup; fast: not faster than fast_p) or of unknown speed")
     speedup_cap: float = Field(4.0, gt=1, description="speedup at which the reward reaches 1 (kind speedup)")
     fast_p: float = Field(1.0, gt=0, description="the speedup a sample must beat for kind fast")
     failure: float = Field(0.0, le=0, description="the reward of any sample that is not correct")
+    copy_reward: float = Field(0.0, le=1, description="the reward of a correct sample that is the problem's reference "
+                               "up to names, comments, docstrings, annotations and formatting (reference_copy)")
 
 
 class ServeProtocol(_Strict):
@@ -330,8 +333,13 @@ class ServeConfig(_Strict):
     dir: str = Field("outputs/serve", description="the service's folder: results/ (Parquet, as a sweep's) and logs; "
                                                   "verdicts stored there answer repeated samples after a restart")
     model: str = Field("served", description="the model name of served results whose request names none")
-    max_pending: int = Field(256, ge=1, description="requests waiting or being evaluated; more are answered 429")
+    max_pending: int = Field(256, ge=1, description="requests waiting or being evaluated that are always taken; "
+                                                    "beyond it, one is taken while its expected wait (those ahead x "
+                                                    "the mean evaluation time / gangs) fits its deadline, else 429")
     deadline_s: float = Field(600.0, gt=0, description="a request's deadline unless it sets deadline_s: 504 after")
+    openrlhf_deadline_s: float = Field(150.0, gt=0, description="the deadline of an OpenRLHF request "
+                                       "(/openrlhf/reward), under the 180 s OpenRLHF gives one: a rollout without a "
+                                       "verdict by then gets reward 0 with the reason")
     max_source_bytes: int = Field(256 * 1024, ge=1, description="a larger source is answered 413")
     max_batch: int = Field(512, ge=1, description="most items in one verify_batch")
     compile_workers: int = Field(2, ge=1, description="CPU actors building CUDA sources while gangs evaluate")

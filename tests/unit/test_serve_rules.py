@@ -15,17 +15,18 @@ from pkb_ray.spec.config import ConfigError, RewardConfig, SweepConfig
 CODE = "import torch\n\ndef solution(x):\n    return x\n"
 
 
-def test_the_default_reward_is_zero_unless_correct_then_bounded_and_increasing():
+def test_the_default_reward_is_zero_unless_correct_and_faster_then_bounded_and_increasing():
     cfg = RewardConfig()
     assert reward(False, 5.0, cfg) == 0.0 and reward(False, None, cfg) == 0.0  # fast and wrong earns nothing
-    speeds = [0.1, 0.5, 1.0, 1.5, 2.0, 3.0, 3.99]
+    assert reward(True, 0.5, cfg) == reward(True, 1.0, cfg) == 0.0  # correct but no faster than the reference
+    speeds = [1.01, 1.5, 2.0, 3.0, 3.99]
     rewards = [reward(True, s, cfg) for s in speeds]
     assert all(a < b for a, b in zip(rewards, rewards[1:]))  # strictly increasing below the cap
-    assert all(cfg.correct_reward < r < 1.0 for r in rewards)
+    assert all(0.0 < r < 1.0 for r in rewards)
     assert reward(True, cfg.speedup_cap, cfg) == pytest.approx(1.0) and reward(True, 1000.0, cfg) == 1.0
-    assert reward(True, None, cfg) == reward(True, float("inf"), cfg) == reward(True, math.nan, cfg) == 0.2
-    # log scale: 1x -> 2x is worth about as much as 2x -> 4x (in log2(1 + s) terms)
-    assert reward(True, 2.0, cfg) > reward(True, 1.0, cfg) + 0.1
+    assert reward(True, None, cfg) == reward(True, float("inf"), cfg) == reward(True, math.nan, cfg) == 0.0
+    assert reward(True, 2.0, cfg) == pytest.approx(0.5)  # log scale: 1x -> 2x as much as 2x -> 4x
+    assert reward(True, 3.0, cfg, copy=True) == cfg.copy_reward == 0.0  # the reference handed back
 
 
 def test_the_other_reward_kinds():
@@ -60,7 +61,7 @@ def test_openrlhf_requests_and_answers_have_its_shape():
     answer = openrlhf.answer([{"reward": 0.7, "correct": True, "speedup": 1.3},
                               {"reward": 0.0, "correct": False, "speedup": None}])
     assert answer["rewards"] == [0.7, 0.0] == answer["scores"]
-    assert answer["extra_logs"] == {"correct": [1.0, 0.0], "speedup": [1.3, -1.0]}
+    assert answer["extra_logs"] == {"correct": [1.0, 0.0], "speedup": [1.3, -1.0], "judged": [1.0, 1.0]}
     with pytest.raises(ValueError, match="one length"):
         openrlhf.items({"query": ["a", "b"], "labels": ["x"]})
 

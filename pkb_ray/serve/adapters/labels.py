@@ -37,3 +37,11 @@ def no_code(why: str) -> dict[str, Any]:
     return {"status": "invalid_sample", "correct": False, "speedup": None, "reward": 0.0,
             "feedback": f"No solution was found in the reply: {why}. Reply with ONE Python code block holding "
                         f"the whole module, defining solution(...).", "cached": False, "eval_seconds": 0.0}
+
+
+def refused(why: str, status: str = "invalid_sample") -> dict[str, Any]:
+    """The verdict of an item the service does not judge (its response cannot be found, its label
+    names no problem or backend, no room by its deadline): reward 0, the reason as ``error`` and
+    ``feedback``. Not the model's doing, so it is no verdict of the sample (``judged`` 0 in logs)."""
+    return {"status": status, "correct": False, "speedup": None, "reward": 0.0, "error": why, "feedback": why,
+            "cached": False, "eval_seconds": 0.0}
