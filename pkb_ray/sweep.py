@@ -30,7 +30,8 @@ log = logging.getLogger("pkb_ray")
 
 
 def run(cfg: SweepConfig, out_dir: Path, sweep_group: str | None = None, job: str | None = None) -> pd.DataFrame:
-    """Run one job end to end; returns the results as a DataFrame.
+    """Run one job end to end; returns the summary table it prints (:attr:`RunSummary.table
+    <pkb_ray.summary.run.RunSummary.table>`: per model and problem, and ``ALL`` per model).
 
     ``sweep_group`` (the sweep's folder name under ``-m``) groups the jobs of one sweep in W&B;
     ``job`` names this job among them (its overrides).
@@ -48,7 +49,7 @@ def run(cfg: SweepConfig, out_dir: Path, sweep_group: str | None = None, job: st
         else:
             rows = first_round(cfg, inputs.chosen, inputs.generated_dir, tracker.log_generation)
         check_start(cfg)  # Ray itself starts once there is something to evaluate: a finished run's rerun needs none
-        log.info("%d samples of %d problems -> %s", len(rows), len(inputs.chosen), inputs.results_dir)
+        log.info("%s -> %s", sample_count(rows, inputs.chosen), inputs.results_dir)
         inputs.make_folders()  # before any gang starts: the rank sandboxes hide them
         return _evaluate_and_report(inputs, rows, out_dir, tracker)
     finally:
@@ -76,7 +77,16 @@ def _evaluate_and_report(inputs: JobInputs, rows: list, out_dir: Path, tracker: 
     tracker.log_artifacts({"results": inputs.results_dir, "generated": inputs.generated_dir}, content_label(cfg),
                           artifact_metadata(cfg, sorted({str(r.get("problem_id")) for r in rows})))
     print(where_it_went(inputs.results_dir, out_dir, tracker.where(), has_report=page is not None), flush=True)
-    return summary.rows
+    return summary.table
+
+
+def sample_count(rows: list, chosen) -> str:
+    """What the run evaluates: its samples, the problems they are of, and how many of the problems
+    it chose have none (a replay set of 8 problems under ``problems=all``)."""
+    ids = {r.get("problem_id") for r in rows}
+    without = len(set(chosen) - ids)
+    return f"{len(rows)} samples of {len(ids)} problems" + (
+        f" ({without} of the {len(chosen)} problems chosen have no samples)" if without else "")
 
 
 def where_it_went(results_dir, out_dir: Path, wandb_run: str | None, has_report: bool) -> str:

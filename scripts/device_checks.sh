@@ -10,15 +10,15 @@
 # $OUT (too many files there and the device tool returns none of them).
 #   kernels   tests/test_kernels_on_gpu.py   every expert kernel correct at each of its paths
 #   problems  tests/test_problems_on_gpu.py  every problem's reference with NCCL against its oracle
-#   bench     scripts/bench_kernels.py       expert kernels vs NCCL, 4 KiB..256 MiB  -> $OUT/kernels.json
+#   bench     benchmarks kernels           expert kernels vs NCCL, 4 KiB..256 MiB  -> $OUT/kernels.json
 #   baselines python -m pkb_ray.baselines    every reference at its default size     -> $OUT/baselines/h200_2.json
-#   latency   scripts/measure_link_latency.py  one-way GPU-to-GPU step (ping-pong)      -> $OUT/latency.json
+#   latency   benchmarks link_latency      one-way GPU-to-GPU step (ping-pong)      -> $OUT/latency.json
 #   graph     tests/test_graph_on_gpu.py     graph timing mode: captures, fallbacks, the expert kernel
 #   sandbox   tests/test_sandbox_on_gpu.py   the allowlisted sandbox with its own network on GPU: NCCL, CUDA
 #             builds, symmetric memory and the expert kernels (W=1 with one GPU); then the README's sweep
 #             at W=1 (a copy of all_reduce allowed there) with a snooping sample and a reference copy,
 #             and the sandbox's start-up                                       -> $OUT/sandbox_sweep.json
-#   graph_bench scripts/bench_kernels.py --timing-mode both --copies: kernels and reference copies,
+#   graph_bench benchmarks kernels --timing-mode both --copies: kernels and reference copies,
 #             eager and graph, 4 KiB..256 MiB (KERNELS=problem/file.py,... limits it) -> $OUT/kernels_graph.json
 #   readme    the README's GPU guide at W=1: hardware=h200_2 alone picks eval=gpu, eval=cpu beside it is
 #             refused, two runs of samples/replay/all_reduce into file:// URIs, pkb-ray compare A B
@@ -33,10 +33,10 @@
 #             tests/test_trust_on_gpu.py and tests/test_interference_on_gpu.py (logs in $OUT/*.log), then
 #             reference copies' brackets, eager and graph, with the clean rank's toucher
 #                                                                              -> $OUT/bracket_touch.json
-#   ladder    scripts/bench_ladder.py at W=1, default size, eager then graph: candidates doing the work
+#   ladder    benchmarks ladder at W=1, default size, eager then graph: candidates doing the work
 #             8, 4, 2, 1 times and references doing it 2 and 4 times (LADDER_SET="--set k=v ...")
 #                                                                              -> $OUT/ladder_{eager,graph}.json
-#   nodes     scripts/emulate_nodes.py       the collectives inside one node and across two fake nodes
+#   nodes     benchmarks nodes             the collectives inside one node and across two fake nodes
 #                                            (one GPU each, NCCL over sockets)        -> $OUT/baselines_nodes/
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -54,9 +54,8 @@ for step in $STEPS; do
   case $step in
     kernels)   timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_on_gpu.py 2>&1 | tail -40 ;;
     problems)  timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_problems_on_gpu.py 2>&1 | tail -40 ;;
-    bench)     timeout 420 python3 scripts/bench_kernels.py --device cuda --timeout 30 --out "$OUT/kernels.json" 2>&1 | grep -v Warning ;;
-    latency)   timeout 120 torchrun --standalone --nproc_per_node=2 scripts/measure_link_latency.py \
-                 --out "$OUT/latency.json" 2>&1 | tail -30 ;;
+    bench)     timeout 420 python3 -m benchmarks kernels --device cuda --timeout 30 --out "$OUT/kernels.json" 2>&1 | grep -v Warning ;;
+    latency)   timeout 120 python3 -m benchmarks link_latency --out "$OUT/latency.json" 2>&1 | tail -30 ;;
     sandbox)   timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_sandbox_on_gpu.py 2>&1 | tail -30
                mkdir -p /tmp/w1 && sed 's/world_sizes=dict(min=2)/world_sizes=dict(min=1)/' problems/all_reduce.py > /tmp/w1/all_reduce.py
                python3 -c "import json; from pkb_ray.problem import load_problems; src = [open('tests/samples/snoops_on_host.py').read(), load_problems('/tmp/w1')['all_reduce'].source()]; open('/tmp/w1.jsonl', 'w').write(''.join(json.dumps(dict(problem_id='all_reduce', model='snoop', sample_index=i, backend='torch', source=s, metadata={})) + chr(10) for i, s in enumerate(src)))"
@@ -72,31 +71,31 @@ for step in $STEPS; do
                pytest_log 150 trust_graph tests/test_trust_on_gpu.py -k graph
                pytest_log 120 trust_eager tests/test_trust_on_gpu.py -k eager
                pytest_log 150 interference tests/test_interference_on_gpu.py
-               timeout 90 python3 scripts/bench_bracket.py --max-calls 500 --modes eager,graph --reps 3 --touch \
+               timeout 90 python3 -m benchmarks bracket --max-calls 500 --modes eager,graph --reps 3 --touch \
                  --out "$OUT/bracket_touch.json" 2>&1 | tail -8 ;;
     ladder)    for mode in eager graph; do  # issue 63: speedups whose truth is known, 1/8 .. 4, W=1
-                 timeout "${LADDER_S:-200}" python3 scripts/bench_ladder.py --sizes default --modes $mode --ns 8,4,2,1 \
+                 timeout "${LADDER_S:-200}" python3 -m benchmarks ladder --sizes default --modes $mode --ns 8,4,2,1 \
                    --ms 2,4 ${LADDER_SET:-} --out "$OUT/ladder_$mode.json" 2>&1 | grep '^{' | cut -c1-260
                done ;;
     graph)     timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_graph_on_gpu.py 2>&1 | tail -40 ;;
-    graph_bench) timeout 540 python3 scripts/bench_kernels.py --device cuda --timing-mode both --copies --timeout 40 \
+    graph_bench) timeout 540 python3 -m benchmarks kernels --device cuda --timing-mode both --copies --timeout 40 \
                  ${KERNELS:+--only "$KERNELS"} --out "$OUT/kernels_graph.json" 2>&1 | grep -v Warning ;;
     baselines) timeout 540 python3 -m pkb_ray.baselines hardware=h200_2 ray.include_dashboard=false $SHORT "${ONLY[@]}" \
                  "baselines_dir=$OUT/baselines" hydra.run.dir=/tmp/baselines_run 2>&1 | tail -70 ;;
-    nodes)     timeout 540 python3 scripts/emulate_nodes.py --nodes 2 --gpus-per-node 1 hardware=h200_2x1_socket \
+    nodes)     timeout 540 python3 -m benchmarks nodes --nodes 2 --gpus-per-node 1 hardware=h200_2x1_socket \
                  $SHORT problems=collectives "baselines_dir=$OUT/baselines_nodes" hydra.run.dir=/tmp/nodes_run 2>&1 | tail -40 ;;
     scale_problems) for dt in float32 bfloat16; do
                  timeout 280 python3 scripts/check_problems.py --device cuda --world-sizes "$W" --dtype $dt --timeout 30
                done ;;
-    scale_bench) timeout 540 python3 scripts/bench_kernels.py --device cuda --world-size "$W" --dtype bfloat16 \
+    scale_bench) timeout 540 python3 -m benchmarks kernels --device cuda --world-size "$W" --dtype bfloat16 \
                  --sizes 4K,64K,256K,1M,16M,64M,256M --timeout 40 --out "$OUT/kernels_w$W.json" 2>&1 | grep -v Warning ;;
     scale_baselines) timeout 540 python3 -m pkb_ray.baselines hardware=h200_8 "hardware.world_sizes=[$W]" ray.include_dashboard=false $SHORT \
                  "${ONLY[@]}" "baselines_dir=$OUT/baselines" hydra.run.dir=/tmp/baselines_run 2>&1 | tail -70 ;;
     scale_throughput) for w in 2 4 "$W"; do
-                 timeout 170 python3 scripts/bench_throughput.py --device cuda --world-size $w --samples 200 --naive 0 \
+                 timeout 170 python3 -m benchmarks throughput --device cuda --world-size $w --samples 200 --naive 0 \
                    --out "$OUT/throughput_w$w.json" 2>&1 | tail -8
                done ;;
-    scale_hostile) timeout 400 python3 scripts/bench_gangs.py --device cuda --world-size "$W" --phases statuses,recovery \
+    scale_hostile) timeout 400 python3 -m benchmarks gangs --device cuda --world-size "$W" --phases statuses,recovery \
                  --out "$OUT/gangs_w$W" 2>&1 | tail -30 ;;
     readme)    # the README's GPU guide at W=1 (one GPU): hardware=h200_2 alone picks the gpu eval profile,
                # results at a file:// URI, two runs of the same set compared (nothing may be flagged)

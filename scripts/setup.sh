@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Creates .venv (once) and installs pkb_ray with everything it needs; fast when already done.
+# Creates .venv (once) and installs pkb_ray with what a run needs; fast when already done.
+#   scripts/setup.sh          # a run's dependencies (scripts/run.sh)
+#   scripts/setup.sh test     # and the test extra: pytest, playwright, moto, ... (scripts/test.sh)
 # torch is pinned here to 2.13.0 (the version CI runs) and installed first, so that the open range
 # of pyproject.toml adds nothing. Which build (install_torch below): with an NVIDIA GPU (nvidia-smi
 # works) or on macOS, PyPI's; otherwise a CPU build: the one pip's configured sources already hold
@@ -9,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=${PKB_VENV:-.venv}
-stamp="$VENV/.pkb_installed"
+EXTRA=${1:-}
+stamp="$VENV/.pkb_installed${EXTRA:+_$EXTRA}"
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
@@ -42,9 +45,9 @@ print(json.load(open(sys.argv[1]))['install'][0]['metadata']['version'])" "$repo
 "$VENV/bin/python" -c "import torch" 2>/dev/null || { say "installing torch $TORCH (1/2)"; install_torch; }
 # without torch here, the next step would take pyproject's range from PyPI: the CUDA build
 "$VENV/bin/python" -c "import torch" 2>/dev/null || { echo "setup: torch $TORCH did not install" >&2; exit 1; }
-say "installing pkb_ray and its dependencies into $VENV (2/2: Ray, Hydra, W&B, ...)"
-pip_q -e ".[dev]"
-"$VENV/bin/python" -c "import torch, ray, hydra, pydantic, pyarrow, wandb, pytest" \
+say "installing pkb_ray and its dependencies into $VENV (2/2: Ray, Hydra, W&B, ...${EXTRA:+; the $EXTRA extra})"
+pip_q -e ".${EXTRA:+[$EXTRA]}"
+"$VENV/bin/python" -c "import torch, ray, hydra, pydantic, pyarrow, wandb${EXTRA:+, pytest}" \
   || { echo "setup: installation incomplete" >&2; exit 1; }
 echo "$want" > "$stamp"
 say "done ($VENV)"

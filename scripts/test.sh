@@ -2,7 +2,7 @@
 # Sets up (first time), then runs the test suite on CPU (real gloo processes, a real local Ray).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh test
 # The report's browser test drives Debian's Chromium (tests/test_report_browser.py); it skips without one.
 if ! command -v chromium >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1 \

@@ -171,6 +171,14 @@ def stop_shared_ray(root: Path) -> None:
         time.sleep(0.2)
 
 
+def pytest_collection_modifyitems(config, items):
+    """The longest files first (tests/file_seconds.py says why), each file's tests in their order."""
+    from file_seconds import UNKNOWN_S, load
+
+    seconds = load()
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], UNKNOWN_S))
+
+
 def pytest_sessionfinish(session):
     if not os.environ.get("PYTEST_XDIST_WORKER"):  # the process that runs the session, with or without xdist
         stop_shared_ray(session.config._tmp_path_factory.getbasetemp())

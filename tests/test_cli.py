@@ -23,7 +23,8 @@ def test_help_shows_the_commands_examples_and_config_groups():
     assert "_base" not in groups["model"] and "replay" in groups["model"] and "h200_2" in groups["hardware"]
     assert "  model      " + ", ".join(groups["model"]) in out.stdout
     sweep = _cli("sweep", "--help").stdout
-    assert sweep.startswith(out.stdout) and "eval.trials  (int, default 3)" not in out.stdout
+    assert sweep.startswith("Usage: pkb-ray sweep") and "pkb-ray sweep -m model=replay,kernels" in sweep
+    assert "  model      " + ", ".join(groups["model"]) in sweep and "eval.trials  (int, default 3)" not in out.stdout
     # the keys with their descriptions, generated from the config's models
     assert "  eval.trials  (int, default 3)\n      correctness trials, each on fresh random inputs" in sweep
     assert "eval.trials  (int, default 3)" in _cli("help", "config").stdout
@@ -31,7 +32,10 @@ def test_help_shows_the_commands_examples_and_config_groups():
 
 def test_an_unknown_command_fails_with_the_usage():
     out = _cli("frobnicate")
-    assert out.returncode == 2 and "unknown command 'frobnicate'" in out.stderr and "pkb-ray sweep" in out.stderr
+    assert out.returncode == 2 and "no such command 'frobnicate'" in out.stderr and "Usage: pkb-ray" in out.stderr
+    assert "commands: sweep, baselines" in out.stderr
+    near = _cli("reprot")
+    assert near.returncode == 2 and "did you mean report" in near.stderr
 
 
 def test_report_and_prompt_run_through_it(tmp_path):

@@ -21,7 +21,7 @@ BIG = {"numel": 1 << 20}  # ~ms per gloo all-reduce: long enough for the parent'
 # would gain 10x or more. A bound on one evaluation sits above that noise, not beside an honest copy.
 HONEST_RANGE = (0.3, 3.0)
 # At 20-30 rounds one evaluation reads wider still: 0.42-2.9 for an honest copy and the samples of
-# test_reference_slowing_samples_gain_nothing (39 readings, scripts/bench_cpu_short_protocol.py,
+# test_reference_slowing_samples_gain_nothing (39 readings, python -m benchmarks short_protocol,
 # 2026-12-04), and 3.77 once in a full run, when the reference's reading shifted between
 # evaluations. So a reading outside the bound is judged on the median of it and two more
 # evaluations (assert_gains_nothing): a gain is outside it every time; an honest sample, whose one

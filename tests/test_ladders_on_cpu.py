@@ -2,7 +2,7 @@
 harness on 2 gloo ranks, and samples that try to make the harness's own work count for them.
 
 On an idle 2-core VM the all-reduce ladder at its default size reads within 10 % of the truth on
-every rung from 1/8 to 4 (docs/benchmarks/timing.md, ``scripts/bench_ladder.py``). Under the suite's
+every rung from 1/8 to 4 (docs/benchmarks/timing.md, ``python -m benchmarks ladder``). Under the suite's
 own load (a second test process on the same 2 cores) one evaluation spreads further, so a rung
 here must read within LADDER_TOLERANCE of the truth, on its first evaluation or on the median of
 three. The squeeze this issue removed fails it: with the fixed work in the brackets (~2 ms around

@@ -275,15 +275,11 @@ def test_a_large_runs_wandb_page_is_the_light_one_and_its_sources_are_in_the_sam
     samples' blocks (before, up to 3,000 sources inline), each problem's blocks as a panel of its
     own that the page names (a link to sources/ cannot resolve in W&B), and every source in its
     samples table."""
-    import importlib.util
-
+    from benchmarks import report_size as bench
     from pkb_ray.spec.config import WandbConfig
     from pkb_ray.summary.publish import publish
     from pkb_ray.summary.tracking import Tracker
 
-    spec = importlib.util.spec_from_file_location("bench_report_size", REPO / "scripts" / "bench_report_size.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     rows = bench.synthetic_results(600)
     write_results(rows, tmp_path / "run" / "results")
     summary, panels = publish(tmp_path / "run" / "results", tmp_path / "out", "large")

@@ -1,8 +1,5 @@
-"""``pkb-ray ls``: what a run would see, listed before running it.
-
-    pkb-ray ls                                       # what can be listed
-    pkb-ray ls problems [--category C ...] [group=option ...] [key=value ...]
-    pkb-ray ls groups                                # the config groups and their options
+"""``pkb-ray ls problems``: the problems a run would see, listed before running it (the command
+line is pkb_ray/cli.py's).
 
 Problems come from the loader a sweep uses (:func:`pkb_ray.pipeline.selection.job_inputs`), so
 ``problems=smoke``, ``problems_dir=...``, ``problems.categories=[...]`` and ``eval.size=...`` mean
@@ -16,11 +13,9 @@ from pathlib import Path
 
 from pkb_ray.pipeline.selection import job_inputs
 from pkb_ray.problem import Problem, ProblemError, WorldSizes, sol_time_us
-from pkb_ray.spec.compose import compose_config, groups_help
-from pkb_ray.spec.config import ConfigError, SweepConfig
+from pkb_ray.spec.compose import compose_config
+from pkb_ray.spec.config import ConfigError, SweepConfig, did_you_mean
 
-WHAT = {"problems": "the problems a run would see: id, category, world sizes, dtypes, sizes, speed of light",
-        "groups": "the config groups (group=option) and their options"}
 COLUMNS = ("id", "category", "W", "dtypes", "sizes", "size (eval.size)", "SOL us")
 
 
@@ -103,32 +98,9 @@ def _wrap(cell: str, width: int) -> list[str]:
     return [*lines, current]
 
 
-def _usage() -> int:
-    print(__doc__.strip() + "\n\n" + "\n".join(f"  {k:9s} {v}" for k, v in WHAT.items()))
-    return 0
-
-
-def main(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
-        return _usage()
-    what, rest = argv[0], argv[1:]
-    if what == "groups":
-        print(groups_help())
-        return 0
-    if what != "problems":
-        print(f"pkb-ray ls: nothing called {what!r}; known: {', '.join(WHAT)}", file=sys.stderr)
-        return 2
-    categories, overrides = [], []
-    it = iter(rest)
-    for arg in it:
-        if arg in ("-h", "--help"):
-            return _usage()
-        if arg == "--category":
-            categories.append(next(it, ""))
-        elif arg.startswith("--category="):
-            categories.append(arg.split("=", 1)[1])
-        else:
-            overrides.append(arg)
+def problems(categories: list[str], overrides: list[str]) -> int:
+    """``pkb-ray ls problems``: the table of the problems ``overrides`` choose, of ``categories`` (all
+    when empty); 2 for a bad config or an unknown category (with close matches)."""
     try:
         cfg = compose_config(overrides)
         chosen = job_inputs(cfg, Path(".")).chosen
@@ -139,7 +111,8 @@ def main(argv: list[str]) -> int:
         known = sorted({p.meta.category for p in chosen.values()})
         unknown = [c for c in categories if c not in known]
         if unknown:
-            print(f"error: --category: no problem of {unknown}; categories: {', '.join(known)}", file=sys.stderr)
+            close = "".join(did_you_mean(c, known, "--category ") for c in unknown)
+            print(f"error: --category: no problem of {unknown}{close}; categories: {', '.join(known)}", file=sys.stderr)
             return 2
         chosen = {i: p for i, p in chosen.items() if p.meta.category in categories}
     print(table(problem_rows(cfg, chosen)))

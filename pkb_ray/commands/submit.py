@@ -39,7 +39,6 @@ following, the job goes on.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import re
@@ -77,25 +76,20 @@ class JobSpec:
     notes: list[str] = field(default_factory=list)  # said before submitting (the trade-offs taken)
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="pkb-ray submit", description="a sweep as a Ray Job; its logs until it ends")
-    ap.add_argument("--address", default=os.environ.get("RAY_ADDRESS") or DEFAULT_ADDRESS,
-                    help="the cluster's job server (default: RAY_ADDRESS, else %(default)s)")
-    ap.add_argument("--working-dir", type=Path, help="shipped to the cluster (default: this checkout)")
-    ap.add_argument("--python", default="python",
-                    help="the head node's interpreter with pkb_ray's dependencies (default: %(default)s on its PATH)")
-    ap.add_argument("--key-file", action="append", default=[], metavar="[NAME=]PATH",
-                    help="set NAME (default: model.api_key_env) from a file on the head node, in the driver only")
-    ap.add_argument("--pass-env", action="append", default=[], metavar="NAME",
-                    help="pass this variable through the job's runtime_env: every worker of the job gets it")
-    ap.add_argument("--allow-local-results", action="store_true",
-                    help="let results_dir (or generated_dir) be a folder of the job's temporary working dir")
-    ap.add_argument("--no-wait", action="store_true", help="submit and return (--follow ID follows it)")
-    ap.add_argument("--follow", metavar="ID", help="follow a job submitted before: its logs from the start, "
-                                                   "the exit code its status (no overrides)")
-    ap.add_argument("-m", "--multirun", action="store_true", help="Hydra's -m: a job per combination")
-    ap.add_argument("overrides", nargs="*", help="the sweep's overrides (group=option, key=value)")
-    return ap
+@dataclass(frozen=True)
+class SubmitArgs:
+    """``pkb-ray submit``'s command line, parsed (pkb_ray/cli.py declares and documents it)."""
+
+    overrides: Sequence[str] = ()  # the sweep's overrides (group=option, key=value)
+    address: str = DEFAULT_ADDRESS  # the cluster's job server
+    working_dir: Path | None = None  # shipped to the cluster (None: this checkout)
+    python: str = "python"  # the head node's interpreter
+    key_file: Sequence[str] = ()  # [NAME=]PATH: NAME from a file on the head node, in the driver only
+    pass_env: Sequence[str] = ()  # variables passed through the job's runtime_env
+    allow_local_results: bool = False
+    no_wait: bool = False
+    follow: str | None = None  # a job submitted before
+    multirun: bool = False  # Hydra's -m
 
 
 def first_job(overrides: Sequence[str]) -> list[str]:
@@ -160,7 +154,7 @@ def _file_read(path: str) -> str:
     return f'"$(cat {shlex.quote(path)})"'
 
 
-def job_spec(args: argparse.Namespace, cfg: SweepConfig, environ: Mapping[str, str]) -> JobSpec:
+def job_spec(args: SubmitArgs, cfg: SweepConfig, environ: Mapping[str, str]) -> JobSpec:
     """The entrypoint and runtime env of ``args`` (``cfg``: the first job, composed here); ConfigError
     for what would fail on the cluster or lose the results."""
     errors = [] if args.allow_local_results else durable_errors(cfg)
@@ -343,8 +337,8 @@ def _status(client: Any, job_id: str) -> str | None:
         return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_intermixed_args(argv)
+def main(args: SubmitArgs) -> int:
+    """``pkb-ray submit``: see the module's docstring for what it does and its exit statuses."""
     cfg = spec = None
     if args.follow and args.overrides:
         print(f"error: --follow {args.follow} takes no overrides (the job has its own)", file=sys.stderr)

@@ -93,8 +93,8 @@ def timed(timing: Timing, problem: Problem, knobs: dict, dtype: str, hardware: H
     by_mode = {mode: _side_times(timing.of(mode)) for mode in timing.modes}
     mode = timing.modes[0]
     (ref, ref_t), (cand, cand_t) = by_mode[mode]
-    both = {f"{m}_{side}_time_us": t for m, sides in by_mode.items()
-            for side, (_, t) in zip(("ref", "cand"), sides)} if both_modes else {}
+    both = {f"{m}_{side.value}_time_us": t for m, sides in by_mode.items()
+            for side, (_, t) in zip((Side.REF, Side.CAND), sides)} if both_modes else {}
     traffic = Traffic(**{k: max(t[k] for t in traced.values())
                          for k in ("interconnect_bytes", "flops", "hbm_bytes")}) if traced else None
     sol_us = sol_time_us(problem, knobs, world_size, dtype, hardware, nodes=nodes, traffic=traffic) or None

@@ -103,6 +103,8 @@ def feedback(result: dict, cfg: SweepConfig, slow_below: float) -> str:
 
 
 def main(argv: list[str]) -> int:
+    import difflib
+
     from pkb_ray.problem import load_problems
     from pkb_ray.spec.compose import compose_config
     from pkb_ray.spec.config import ConfigError
@@ -110,8 +112,7 @@ def main(argv: list[str]) -> int:
     problem_id = next((a.split("=", 1)[1] for a in argv if a.startswith("problem=")), None)
     overrides = [a for a in argv if not a.startswith("problem=")]
     if not problem_id:
-        print("usage: python -m pkb_ray.generate.prompt problem=<id> [backend=torch|cuda|triton] [hydra overrides ...]",
-              file=sys.stderr)
+        print("usage: pkb-ray prompt problem=<id> [backend=torch|cuda|triton] [overrides ...]", file=sys.stderr)
         return 2
     try:
         cfg = compose_config(overrides)
@@ -120,7 +121,9 @@ def main(argv: list[str]) -> int:
         return 2
     problems = load_problems(cfg.problems_dir)
     if problem_id not in problems:
-        print(f"error: problem: unknown id {problem_id!r}; known: {', '.join(sorted(problems))}", file=sys.stderr)
+        close = difflib.get_close_matches(problem_id, list(problems), n=2, cutoff=0.6)
+        hint = f"did you mean {' or '.join(close)}?" if close else f"{len(problems)} problems"
+        print(f"error: problem: unknown id {problem_id!r}; {hint} (pkb-ray ls problems lists them)", file=sys.stderr)
         return 2
     backend = (cfg.backend.backends or [Backend.TORCH])[0]
     for m in messages(problems[problem_id], backend, cfg):

@@ -7,10 +7,9 @@ and how to open it, and checks that the cluster can hold a gang of every layout 
 its driver, however the driver ends (:mod:`pkb_ray.isolation.reaper`). API keys stay in the driver: a local
 Ray starts without them (:func:`without_secrets`), so no worker, actor or job of it can read one.
 
-One line Ray itself prints at start is expected: ``E ... core_worker.cc ... Actor with class name:
-'MapWorker(MapBatches(BuildCuda))' ... has constructor arguments in the object store and
-max_restarts > 0``. Ray Data keeps the compile actors' constructor arguments (the build settings)
-in the object store for the whole run, so a restarted compile actor finds them.
+What the terminal shows (:func:`route_logs`): Ray's and Ray Data's own log records go to the run's
+log file, not the terminal (which keeps their errors); so does the isolation level's long form,
+while the terminal gets one line of it.
 """
 
 from __future__ import annotations
@@ -32,6 +31,8 @@ from pkb_ray.spec.paths import CONF_DIR
 from pkb_ray.spec.placement import fits, no_room, over_cap
 
 log = logging.getLogger(__name__)
+FILE_ONLY = logging.getLogger("pkb_ray.log_file")  # what only the run's log file gets (route_logs)
+RAY_LOGGERS = ("ray", "ray.data")  # Ray's and Ray Data's own (each with a handler of its own, to stderr)
 NOSET_CUDA = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
 GRAFANA_DASHBOARD = CONF_DIR / "grafana" / "pkb_ray_dashboard.json"
 
@@ -56,6 +57,7 @@ def start_ray(cfg: SweepConfig) -> None:
 def check_start(cfg: SweepConfig) -> None:
     """What can be known before Ray starts, said or raised now: the isolation level (announced, or
     ConfigError) and, for a local Ray (one node whose GPUs are known), whether every layout fits."""
+    route_logs()
     announce_isolation(cfg.eval.isolation)
     local = local_gpus(cfg)
     if local is not None and not ray.is_initialized():
@@ -68,6 +70,7 @@ def join_or_start(cfg: SweepConfig) -> None:
     an earlier job of this process started (a Hydra multirun: :func:`end_job`) is used again where
     this job would start the same one, and replaced where it would not."""
     os.environ[NOSET_CUDA] = "1"  # ranks pick their own GPU among all of the node's
+    route_logs()  # again: a multirun's job has a log file of its own
     if ray.is_initialized() and _local.settings is not None:
         if not cfg.ray.address and _local.settings == local_settings(cfg):
             log.info("using the local Ray an earlier job of this sweep started (same settings)")
@@ -123,20 +126,65 @@ def _check_room(cfg: SweepConfig, gpus: dict[str, int]) -> None:
         raise ConfigError(problems[0])
 
 
+class _Into(logging.Handler):
+    """Hands records of ``level`` and above to ``target`` (a file handler of the root logger), so
+    that a logger that does not propagate writes into the run's log file too."""
+
+    def __init__(self, target: logging.Handler, level: int = logging.INFO):
+        super().__init__(level)
+        self.target = target
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.target.handle(record)
+
+
+def route_logs() -> list[str]:
+    """Ray's and Ray Data's own log records (the stream's INFO lines, Ray's warnings at start) and
+    :data:`FILE_ONLY`'s go to the run's log file, the root logger's file handlers (a Hydra job's
+    ``<run>/run.log``), and not to the terminal, where Ray's handlers keep their errors only. Where
+    the root logger writes to no file (a script, a test), Ray's handlers stay as they are and
+    :data:`FILE_ONLY` goes where the root logger does. Call again after the root's handlers change
+    (a new job of a multirun): the previous routes are replaced. Returns the log files."""
+    import ray.data  # noqa: F401 (Ray Data sets its logger's handlers on import: this must come after)
+
+    files = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+    for name in (*RAY_LOGGERS, FILE_ONLY.name):
+        logger = logging.getLogger(name)
+        for old in [h for h in logger.handlers if isinstance(h, _Into)]:
+            logger.removeHandler(old)
+        for into in map(_Into, files):
+            logger.addHandler(into)
+    FILE_ONLY.propagate = not files
+    terminal = [h for name in RAY_LOGGERS for h in logging.getLogger(name).handlers
+                if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
+    for h in terminal if files else ():
+        h.setLevel(max(h.level, logging.ERROR))
+    return [h.baseFilename for h in files]
+
+
 def announce_isolation(level: str) -> sandbox.Probe:
-    """Probe ``eval.isolation`` here and say at start what holds and what does not; a level that
-    cannot be had fails the run (ConfigError naming the key), never a weaker one silently."""
+    """Probe ``eval.isolation`` here and say at start what holds and what does not, in one line (a
+    warning where processes or memory are not capped), its long form in the run's log file; a
+    level that cannot be had fails the run (ConfigError naming the key), never a weaker one silently."""
     try:
         found = sandbox.probe(sandbox.Isolation(level))
     except sandbox.SandboxUnavailable as exc:
         raise ConfigError(f"eval.isolation: {exc}") from None
-    line = f"isolation: {found.describe()}"
     weak = found.level is sandbox.Isolation.NONE or not found.caps_processes or not found.cgroup
-    if weak:  # once, through the log (a run's logging writes it to the terminal and its log file)
-        log.warning("%s", line)
-    else:
-        print(line, file=sys.stderr, flush=True)
+    log.log(logging.WARNING if weak else logging.INFO, "%s", isolation_line(found))
+    FILE_ONLY.info("isolation: %s", found.describe())
     return found
+
+
+def isolation_line(found: sandbox.Probe) -> str:
+    """The isolation level in one line, what holds and what does not, and where the long form
+    (:meth:`sandbox.Probe.describe`) is: the run's log file (without one, the next line)."""
+    files = [h.baseFilename for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+    where = f"details: {os.path.relpath(files[0])}" if files else "details below"
+    if found.level is sandbox.Isolation.NONE:
+        return f"isolation: none (plain processes, no sandbox); {where}"
+    gaps = ([] if found.caps_processes else ["processes not capped"]) + ([] if found.cgroup else ["no cgroup v2"])
+    return f"isolation: sandbox ({found.version or 'bubblewrap'}); {'; '.join([*gaps, where])}"
 
 
 def node_gpus() -> dict[str, int]:
@@ -174,8 +222,11 @@ def warn_secrets_in_job_env(api_key_env: str | None) -> list[str]:
 
 
 def _init_ray(cfg: SweepConfig) -> None:
+    # log_to_driver=False: what Ray's workers print (Ray's own noise among it) stays in Ray's logs,
+    # which the run's log file names, instead of reaching the terminal (and the progress bar)
     if cfg.ray.address:  # its raylets were started elsewhere, with their own environment
-        ray.init(address=cfg.ray.address)
+        context = ray.init(address=cfg.ray.address, log_to_driver=False)
+        _say_where_ray_logs(context)
         warn_secrets_in_job_env(cfg.model.api_key_env)
         return
     left = reaper.clean_up(cfg.cache_path / "runs")  # what a killed driver (and its reaper) left
@@ -187,7 +238,8 @@ def _init_ray(cfg: SweepConfig) -> None:
     with without_secrets([cfg.model.api_key_env]):
         context = ray.init(address="local", num_cpus=cfg.ray.num_cpus, num_gpus=gpus,
                            resources=cfg.ray.resources or None, include_dashboard=cfg.ray.include_dashboard,
-                           log_to_driver=True, configure_logging=False)
+                           log_to_driver=False)
+    _say_where_ray_logs(context)
     _local.settings = local_settings(cfg)
     reaper.start(cfg.cache_path / "runs")  # this local Ray, gangs and ranks die with this process
     if cfg.ray.include_dashboard and getattr(context, "dashboard_url", None):
@@ -196,6 +248,13 @@ def _init_ray(cfg: SweepConfig) -> None:
         if placed:
             print(f"Grafana: the 'pkb_ray run' dashboard is provisioned with Ray's; start Grafana with "
                   f"--config {placed.parent.parent / 'grafana.ini'}", file=sys.stderr, flush=True)
+
+
+def _say_where_ray_logs(context) -> None:
+    session = getattr(context, "address_info", {}).get("session_dir")
+    if session:
+        FILE_ONLY.info("Ray's own logs, what its workers (gangs, compile actors) print among them: %s on each node",
+                       Path(session) / "logs")
 
 
 def install_grafana_dashboard(session_dir: Path, wait_s: float = 5.0) -> Path | None:

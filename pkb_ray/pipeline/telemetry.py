@@ -30,14 +30,32 @@ class RunMetrics:
         self.statuses: Tally = Tally()
         self.started = time.monotonic()
         self._last_line = 0.0
-        self.total = 0  # results the run will have (rows x world sizes), skipped ones included
+        self.total = 0  # results the run will have (rows x layouts x sizes), skipped ones included
         self.skipped = 0  # already in the results folder (resume)
+        self.evaluated = 0  # results a gang evaluated (not settled before any rank ran, nor copied)
+        self._evaluating_since: float | None = None  # when the gangs' first evaluation began
 
-    def result(self, status: str, world_size: int, eval_seconds: float) -> None:
+    def result(self, status: str, world_size: int, eval_seconds: float, evaluated: bool = False) -> None:
+        """One result written; ``evaluated``: a gang's verdict, ``eval_seconds`` of its time (the rate
+        the ETA is measured by starts when the first one began)."""
         self.statuses[status] += 1
         self.results.inc(tags={"status": status, "world_size": str(world_size)})
         if eval_seconds:
             self.eval_seconds.observe(eval_seconds, tags={"world_size": str(world_size)})
+        if evaluated:
+            if self._evaluating_since is None:
+                self._evaluating_since = time.monotonic() - eval_seconds
+            self.evaluated += 1
+
+    def eta_s(self, now: float | None = None) -> float | None:
+        """Seconds to the last result at the rate measured so far: the gangs' results per second
+        since their first evaluation began. None before a gang's first result (Ray's start, the
+        stream and the gangs' start say nothing of the rate) and when nothing is left."""
+        left = self.expected - self.done
+        if self._evaluating_since is None or left <= 0:
+            return None
+        now = time.monotonic() if now is None else now
+        return left * max(now - self._evaluating_since, 1e-9) / self.evaluated
 
     def compiled(self, seconds: float) -> None:
         self.compile_seconds.observe(seconds)
@@ -73,12 +91,14 @@ class RunMetrics:
         return max(self.total - self.skipped, self.done)
 
     def describe(self, now: float | None = None) -> str:
-        """``<done>/<total> (<pct>%) in <s> s, <rate>/h, ETA <s> s: <status counts>``."""
+        """``<done>/<total> (<pct>%) in <s> s, <rate>/h, ETA <s> s: <status counts>`` (no ETA before
+        :meth:`eta_s` has a measured rate)."""
         now = time.monotonic() if now is None else now
         done, total = self.done, self.expected
         elapsed = max(now - self.started, 1e-9)
         rate = done / elapsed * 3600
-        eta = f", ETA {(total - done) / (done / elapsed):.0f} s" if done and total > done else ""
+        eta_s = self.eta_s(now)
+        eta = f", ETA {eta_s:.0f} s" if eta_s is not None else ""
         pct = f" ({100 * done / total:.0f}%)" if total else ""
         parts = " ".join(f"{k}={v}" for k, v in self.statuses.most_common())
         return f"{done}/{total} results{pct} in {elapsed:.0f} s ({rate:.0f}/h{eta}): {parts}"

@@ -6,8 +6,8 @@ Follow one sample row:
    each row into one :class:`Prepared` item per gang layout it is evaluated on: an
    :class:`~pkb_ray.spec.schema.EvalTask` (validated, its Python compiled), a Result settled before any
    rank runs (invalid, compile error), or nothing to do (its result is on disk: resume).
-2. :class:`BuildCuda` (CPU-only actors) builds the CUDA sources of each task, which may turn it
-   into a ``compile_error`` result.
+2. :class:`CompilePool` (CPU-only :class:`BuildCuda` actors, named compile-0, ...) builds the CUDA
+   sources of each task that has any, which may turn it into a ``compile_error`` result.
 3. :class:`PipelineRun` takes the items as they come: settled results go to the sink; tasks go
    to the gang pool (:class:`~pkb_ray.pipeline.gang_pool.GangPool`) through a bounded
    :class:`~pkb_ray.pipeline.gang_pool.TaskFeed`, except copies of a source already taken
@@ -20,20 +20,19 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import inspect
-import itertools
 import logging
 import sys
 import threading
 import time
-import warnings
 from collections import Counter
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import ray
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from pkb_ray.pipeline.selection import private_paths
 from pkb_ray.problem import Problem, load_problems
@@ -51,6 +50,7 @@ from pkb_ray.pipeline.validate import validate
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 10.0  # on_progress at most this often during a run (and once at its end)
+BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} results [{elapsed}{postfix}]"  # ETA: ours
 
 
 def layouts_for(row: dict[str, Any], problems: dict[str, Problem], layouts: list[Layout]) -> list[Layout]:
@@ -163,7 +163,8 @@ def prepared_items(row: dict[str, Any], config: SweepConfig, problems: dict[str,
 
 
 class BuildCuda:
-    """Ray Data stage on CPU-only actors: builds the CUDA sources of each task (see stages.compile)."""
+    """The compile actors' work (:class:`CompilePool`; the reward service's too): builds the CUDA
+    sources of each task (:mod:`pkb_ray.pipeline.compile`)."""
 
     def __init__(self, settings: BuildSettings, problems_dir: str | None):
         self.settings = settings
@@ -181,20 +182,77 @@ class BuildCuda:
         return Prepared(task=EvalTask(built, item.task.where))
 
 
-def compile_actor_names() -> dict[str, Any]:
-    """``map_batches`` arguments that name the compile actors compile-0, compile-1, ... (as the gangs
-    are named), so the dashboard's actor list says what each one is. Ray Data asks the function
-    for each actor it starts. Ray 2.60 deprecates ``ray_remote_args_fn`` and names no successor:
-    without it (a later Ray), the actors keep Ray Data's own name."""
-    if "ray_remote_args_fn" not in inspect.signature(ray.data.Dataset.map_batches).parameters:
-        return {}
-    counter = itertools.count()
-    return {"ray_remote_args_fn": lambda: {"name": f"compile-{next(counter)}"}}
+BUILD_RETRIES = 3  # a compile actor that dies mid-build: Ray restarts it and tries the build again, this often
+
+
+class CompilePool:
+    """The CPU-only actors that build CUDA sources (:class:`BuildCuda`), named compile-0, compile-1,
+    ... (as the gangs are named) for the dashboard: one from the start, up to ``size`` while builds
+    wait, all stopped when the stream ends. Their constructor arguments are small and passed inline,
+    so Ray restarts one that dies (killed, out of memory) and retries its build (Ray Data's actor
+    pools pass theirs through the object store, where Ray warns at every start that a restart could
+    lose them)."""
+
+    def __init__(self, settings: BuildSettings, problems_dir: str | None, size: int):
+        self._remote = ray.remote(BuildCuda)
+        self._options = dict(num_cpus=1, num_gpus=0, max_restarts=-1, max_task_retries=BUILD_RETRIES,
+                             runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}})
+        self._args, self.size = (settings, problems_dir), size
+        self._actors: list = []
+        self._free: list = []
+        self._building: dict[ray.ObjectRef, tuple[Any, Prepared]] = {}  # a build's result -> its actor and item
+
+    def _start(self) -> None:
+        actor = self._remote.options(name=f"compile-{len(self._actors)}", **self._options).remote(*self._args)
+        self._actors.append(actor)
+        self._free.append(actor)
+
+    def built(self, items: Iterable[Prepared]) -> Iterator[Prepared]:
+        """``items`` with their CUDA built: one without sources to build passes at once, the others
+        as their builds end (at most ``size`` at a time); the actors stop when ``items`` end."""
+        try:
+            self._start()
+            for item in items:
+                if item.task is None or not needs_build(item.task.sample):
+                    yield item
+                    continue
+                if not self._free and len(self._actors) < self.size:
+                    self._start()
+                while not self._free:
+                    yield from self._finished(block=True)
+                actor = self._free.pop()
+                self._building[actor.build.remote(item)] = actor, item
+                yield from self._finished(block=False)
+            while self._building:
+                yield from self._finished(block=True)
+        finally:
+            self.stop()
+
+    def _finished(self, block: bool) -> Iterator[Prepared]:
+        if not self._building:
+            return
+        ready, _ = ray.wait(list(self._building), num_returns=1 if block else len(self._building),
+                            timeout=None if block else 0)
+        for ref in ready:
+            actor, item = self._building.pop(ref)
+            self._free.append(actor)
+            try:
+                yield ray.get(ref)
+            except ray.exceptions.RayActorError as exc:
+                sample = item.task.sample
+                raise RuntimeError(f"the compile actor building {sample.problem_id} #{sample.sample_index} died "
+                                   f"{BUILD_RETRIES + 1} times") from exc
+
+    def stop(self) -> None:
+        for actor in self._actors if ray.is_initialized() else ():  # a Ray shut down took them with it
+            ray.kill(actor)
+        self._actors, self._free, self._building = [], [], {}
 
 
 def sample_stream(rows: list[dict[str, Any]], cfg: SweepConfig, problems_dir: str | None,
                   done: set) -> Iterator[Prepared]:
-    """The Ray Data pipeline up to evaluation: rows -> validate/compile -> CUDA builds, streamed."""
+    """The pipeline up to evaluation: rows -> validate/compile (a Ray Data stream) -> CUDA builds
+    (:class:`CompilePool`), streamed."""
     settings = build_settings(cfg.hardware.arch, cfg.cache_path, cfg.eval.compile_timeout_s, cfg.eval.isolation,
                               private_paths(cfg), cfg.eval.inline_build_timeout_s)
     workers = cfg.eval.compile_workers or min(16, max(1, int(ray.cluster_resources().get("CPU", 1))))
@@ -205,13 +263,7 @@ def sample_stream(rows: list[dict[str, Any]], cfg: SweepConfig, problems_dir: st
     ds = ray.data.from_items([{"row": Row(r)} for r in rows])
     ds = ds.flat_map(expand_row, fn_kwargs={"cfg": cfg.model_dump(mode="json"), "problems_dir": problems_dir,
                                             "done": frozenset(done)})
-    with warnings.catch_warnings():  # the deprecation of ray_remote_args_fn (see compile_actor_names)
-        warnings.simplefilter("ignore", DeprecationWarning)
-        ds = ds.map_batches(BuildCuda, batch_size=1, compute=ray.data.ActorPoolStrategy(min_size=1, max_size=workers),
-                            fn_constructor_kwargs={"settings": settings, "problems_dir": problems_dir},
-                            num_cpus=1, num_gpus=0, runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}},
-                            **compile_actor_names())
-    return (row["item"] for row in ds.iter_rows())
+    return CompilePool(settings, problems_dir, workers).built(row["item"] for row in ds.iter_rows())
 
 
 def dedup_key(task: EvalTask) -> tuple:
@@ -263,14 +315,16 @@ class PipelineRun:
         self.sink = ResultSink(results_dir, max_rows=flush_every)  # on disk within about a second
         self.duplicates = Duplicates()
         self.metrics = RunMetrics()
-        per_layout = Counter(lay for r in rows for lay in layouts_for(r, problems, cfg.hardware.layouts))
+        per_layout: Counter = Counter()  # evaluations (a row at each of its layouts and sizes) per layout
+        for r in rows:
+            for lay in layouts_for(r, problems, cfg.hardware.layouts):
+                per_layout[lay] += len(where_for(cfg, problems, r.get("problem_id"), lay))
         self.metrics.total = sum(per_layout.values())
         # what the gangs will get, announced so they start while the stream validates and compiles;
         # a resume expects no more than what is left (settled rows never reach a gang: an overestimate)
         left = max(0, self.metrics.total - len(self.done))
         self.expected = {lay: min(n, left) for lay, n in per_layout.items() if left}
-        self.bar = tqdm(total=self.metrics.total, unit="result", desc="pkb_ray", dynamic_ncols=True, mininterval=1.0,
-                        disable=not sys.stderr.isatty())  # in a log (no terminal) the progress line says it instead
+        self.bar: tqdm | None = None  # opened by open_bar, once Ray has said where its dashboard is
         self.on_result: Callable[[Result], None] | None = None
         self._lock = threading.Lock()  # results come from the feed's thread (settled rows) and the pool's
 
@@ -287,8 +341,20 @@ class PipelineRun:
                     return False
                 skipped += 1
         self.metrics.skipped = skipped
-        self.bar.update(skipped)
         return True
+
+    def open_bar(self) -> None:
+        """The run's one progress bar, on a terminal (in a log the progress lines say it instead),
+        with an ETA once the gangs' first result gives a rate (:meth:`RunMetrics.eta_s`)."""
+        self.bar = tqdm(total=self.metrics.total, initial=self.metrics.skipped, desc="pkb_ray", bar_format=BAR_FORMAT,
+                        dynamic_ncols=True, mininterval=1.0, disable=not sys.stderr.isatty())
+
+    def _advance(self) -> None:
+        if self.bar is None:
+            return
+        eta = self.metrics.eta_s()  # None before a gang's first result and once nothing is left
+        self.bar.set_postfix_str("" if eta is None else f"ETA {tqdm.format_interval(eta)}", refresh=False)
+        self.bar.update(1)
 
     def tasks(self) -> Iterator[EvalTask]:
         """The stream's tasks for the gangs; settled results, copies and skips are dealt with here."""
@@ -297,7 +363,8 @@ class PipelineRun:
                 self.emit(item.result)
             elif item.task is None:
                 self.metrics.skipped += 1
-                self.bar.update(1)
+                with self._lock:
+                    self._advance()
             else:
                 if "compile_seconds" in item.task.sample.metadata:
                     self.metrics.compiled(float(item.task.sample.metadata["compile_seconds"]))
@@ -307,24 +374,27 @@ class PipelineRun:
                 elif first is not None:
                     yield first
 
-    def emit(self, result: Result) -> None:
-        self.metrics.result(result.status.value, result.world_size, 0.0 if result.duplicate_of else result.eval_seconds)
-        self.bar.update(1)
+    def emit(self, result: Result, evaluated: bool = False) -> None:
+        """A result written (``evaluated``: a gang's verdict, not one settled before any rank ran or a copy)."""
+        self.metrics.result(result.status.value, result.world_size, 0.0 if result.duplicate_of else result.eval_seconds,
+                            evaluated=evaluated)
         with self._lock:
             self.results.append(result)
             self.sink.add(result)
+            self._advance()
             if self.on_result:
                 self.on_result(result)
 
     def verdict(self, task: EvalTask, result: Result) -> None:
         """A gang's result, and the copies for the identical samples that wait for it."""
-        self.emit(result)
+        self.emit(result, evaluated=True)
         for copy in self.duplicates.verdict(task, result):
             self.emit(copy)
 
     def close(self) -> None:
         self.sink.close()
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
         if self.metrics.skipped:
             log.info("resume: %d (sample, layout, size) evaluations already have a final result in %s",
                      self.metrics.skipped, self.results_dir)
@@ -352,20 +422,25 @@ def run_pipeline(rows: list[dict[str, Any]], cfg: SweepConfig, problems: dict[st
         return []
     if start:
         start()
+    run.open_bar()
     run.on_result = on_result
     pool = GangPool(cfg, run.metrics)
     t0 = last_progress = time.monotonic()
+    # with a bar, the log's lines are printed above it instead of onto it
+    above = logging_redirect_tqdm() if run.bar is not None and not run.bar.disable else nullcontext()
     try:
-        for n, (task, result) in enumerate(pool.evaluate(TaskFeed(run.tasks()), run.expected), 1):
-            run.verdict(task, result)
-            log.info("[%d evaluated, %d results] %s #%d W=%d %s on %s (%.1fs)", n, len(run.results), result.problem_id,
-                     result.sample_index, result.world_size, result.status.value, result.gang, time.monotonic() - t0)
-            line = run.metrics.progress_line()
-            if line:
-                log.info("%s | gangs busy %.0f%% of their time", line, 100 * pool.busy_fraction)
-            if on_progress and time.monotonic() - last_progress >= PROGRESS_EVERY_S:
-                on_progress(run.metrics, pool.busy_fraction)  # e.g. a W&B history step
-                last_progress = time.monotonic()
+        with above:
+            for n, (task, result) in enumerate(pool.evaluate(TaskFeed(run.tasks()), run.expected), 1):
+                run.verdict(task, result)
+                log.info("[%d evaluated, %d results] %s #%d W=%d %s on %s (%.1fs)", n, len(run.results),
+                         result.problem_id, result.sample_index, result.world_size, result.status.value, result.gang,
+                         time.monotonic() - t0)
+                line = run.metrics.progress_line()
+                if line:
+                    log.info("%s | gangs busy %.0f%% of their time", line, 100 * pool.busy_fraction)
+                if on_progress and time.monotonic() - last_progress >= PROGRESS_EVERY_S:
+                    on_progress(run.metrics, pool.busy_fraction)  # e.g. a W&B history step
+                    last_progress = time.monotonic()
     finally:
         pool.shutdown()
         if report is not None:

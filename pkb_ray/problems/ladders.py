@@ -1,5 +1,5 @@
 """Ladders: problems and candidates whose true speedup is known by construction, to judge the timing
-protocol (``scripts/bench_ladder.py``).
+protocol (``python -m benchmarks ladder``).
 
 - A candidate that is the reference doing its work ``n`` times (:func:`repeated_source`) is ``n``
   times slower: it must read speedup ``1/n``.

@@ -4,7 +4,8 @@ device work before each side's timed region, so that both sides' regions start t
 A GPU runs one process's context at a time; the first work of another process after it pays the
 switch. The candidate's inputs are written through CUDA IPC by the clean rank, so the candidate's
 region always began with a switch from the clean rank's context, while the reference's, filled by
-its own process, never did (measured in docs/benchmarks/trust.md with scripts/bench_contexts.py).
+its own process, never did (docs/benchmarks/trust.md; measured with a retired probe, in git history
+at caf1188: scripts/bench_contexts.py).
 With this kernel after every fill, each region starts with a switch from the toucher's context.
 
 The child needs nothing but the driver (``libcuda.so.1`` through ctypes): it starts in a fraction

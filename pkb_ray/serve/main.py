@@ -68,7 +68,7 @@ def service_config(overrides: list[str]) -> SweepConfig:
     service's timing protocol (:func:`with_protocol`)."""
     from pkb_ray.spec.compose import compose_config
 
-    cfg = compose_config(overrides, source="pkb-ray serve")
+    cfg = compose_config(overrides)  # its errors say "config: ..." after main's "pkb-ray serve: "
     folder = Path(cfg.serve.dir).expanduser().resolve()
     return cfg.model_copy(update={"output_dir": str(folder), "results_dir": cfg.results_dir or str(folder / "results"),
                                   "eval": with_protocol(cfg, overrides)})
@@ -210,12 +210,10 @@ def stop(serving: bool = True) -> None:
         end_job(keep=False)
 
 
-def main(argv: list[str]) -> int:
-    if argv and argv[0] in ("-h", "--help"):
-        print(__doc__.strip() + "\n\nkeys: pkb-ray help config (the serve.* keys); API: docs/serve.md")
-        return 0
+def main(overrides: list[str]) -> int:
+    """``pkb-ray serve`` on its overrides (pkb_ray/cli.py declares its command line and help)."""
     try:
-        cfg = service_config(argv)
+        cfg = service_config(overrides)
         token = read_token(cfg)
         if not cfg.ray.address and (why := port_in_use(cfg.serve.host, cfg.serve.port)):
             raise taken(cfg, why)  # the head is this machine: said before Ray starts

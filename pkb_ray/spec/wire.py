@@ -106,7 +106,7 @@ class RegionReport(Report):
     devices: list[str]  # of the first call's outputs
     handles: Allocations = field(default_factory=dict)  # the device allocations exported since the last report
     # the rank's monotonic clock (s) at: the command read, the calls' start, the calls done, the
-    # report made. A diagnostic of where a bracket goes (scripts/bench_bracket.py), never a time judged
+    # report made. A diagnostic of where a bracket goes (benchmarks/bracket.py), never a time judged
     stamps: list[float] = field(default_factory=list)
     # the calls lie where this set's last region of the same mode said (a graph replay's outputs stay
     # where its capture put them): ``calls`` is then empty, and the parent takes the last region's

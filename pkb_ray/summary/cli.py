@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Iterable
 
+import click
 import pandas as pd
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -17,10 +18,12 @@ import pyarrow.fs as pafs
 from pkb_ray.results.parquet import RESULT_KEY, newest, read_results
 from pkb_ray.results.storage import Folder, is_remote, local_path, sub_uri
 from pkb_ray.summary import stored
+from pkb_ray.summary.compare import ALPHA, MIN_EFFECT, MIN_SPEEDUP_EFFECT, compare
 from pkb_ray.summary.pages import write
 from pkb_ray.summary.render_json import NAME
 from pkb_ray.summary.run import RunSummary
 
+SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}  # as pkb-ray's own
 
 class UnreadableRun(ValueError):
     """A run named on the command line that cannot be read: ``path`` as given, ``reason`` in one line."""
@@ -194,26 +197,60 @@ def common_problems(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return df[df["problem_id"].isin(common)], note
 
 
+def _run(command: click.Command, prog: str, argv: list[str] | None) -> int:
+    """``command`` on ``argv`` (default: sys.argv[1:]): its exit status; 2 for a usage error."""
+    try:
+        code = command.main(args=argv, prog_name=prog, standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    return code if isinstance(code, int) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``pkb-ray report`` / ``scripts/report.py``: one page over runs, results or multirun folders."""
-    import argparse
+    """``pkb-ray report``'s command line (``scripts/report.py``): its exit status."""
+    return _run(report_command, "pkb-ray report", argv)
+
+
+def compare_main(argv: list[str] | None = None) -> int:
+    """``pkb-ray compare``'s command line: 1 when B has a significant regression against A, 0 when
+    not, 2 on bad input."""
+    return _run(compare_command, "pkb-ray compare", argv)
+
+
+@click.command("report", context_settings=SETTINGS, short_help="One report (HTML and Markdown) over finished runs.")
+@click.argument("runs", nargs=-1, required=True, metavar="RUN...")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("report"), show_default=True,
+              help="Folder for report.html and report.md.")
+@click.option("--title", default="pkb_ray report", show_default=True, help="The page's title.")
+def report_command(runs: tuple[str, ...], out: Path, title: str) -> int:
+    """One report over finished runs: report.html and report.md with the leaderboard, pass@k
+    curves, speedups, why samples fail, per problem. Each RUN is a run folder, a results folder or
+    a multirun folder (its jobs), or its file://, s3://, gs://, ... URI; a summary.json (or a run
+    folder holding only one) gives a leaderboard of its overall rows. A run that cannot be read is
+    named in a one-line error (exit 2).
+
+    \b
+    Examples:
+      pkb-ray report outputs/<date>/<time> --out report/
+      pkb-ray report multirun/<date>/<time> --title "replay vs kernels" --out report/
+      pkb-ray report s3://my-bucket/pkb/2026-12-03 --out report/
+    """
+    return report(list(runs), out, title)
+
+
+def report(runs_given: list[str], out: Path, title: str) -> int:
+    """``pkb-ray report`` on its parsed arguments: its exit status."""
     import sys
 
-    ap = argparse.ArgumentParser(prog="pkb-ray report", description="report.html and report.md over one or more "
-                                 "runs: run folders, results folders or multirun folders")
-    ap.add_argument("runs", nargs="+",
-                    help="run, results or multirun folders (or their file://, s3://, gs://, ... URIs)")
-    ap.add_argument("--out", type=Path, default=Path("report"), help="folder for report.html and report.md")
-    ap.add_argument("--title", default="pkb_ray report")
-    args = ap.parse_args(argv)
     try:
-        runs, docs = split_runs(args.runs)
+        runs, docs = split_runs(runs_given)
         if docs and runs:
             print(f"error: {', '.join(docs)}: only a {NAME} (no result rows); give every run with its rows, or "
                   f"each as its {NAME}", file=sys.stderr)
             return 2
         if docs:
-            return stored_report(docs, args.out)
+            return stored_report(docs, out)
         df, read, renamed = read_rows(runs)
     except ValueError as exc:  # UnreadableRun among them
         print(f"error: {exc}", file=sys.stderr)
@@ -224,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     df, mixed = common_problems(df)
     if mixed:
         print(f"warning: {mixed}", file=sys.stderr)
-    page, md = write(RunSummary.of(df, run_info={"problems compared": mixed} if mixed else None), args.out, args.title)
+    page, md = write(RunSummary.of(df, run_info={"problems compared": mixed} if mixed else None), out, title)
     replaced = f" ({read} rows read: {read - len(df)} replaced by a newer result of the same sample in its folder or left out)" \
         if read != len(df) else ""
     print(f"{len(df)} results{replaced} -> {page} and {md}")
@@ -250,31 +287,44 @@ def stored_report(docs: dict[str, dict], out: Path) -> int:
     return 0
 
 
-def compare_main(argv: list[str] | None = None) -> int:
-    """``pkb-ray compare A B``: 1 when B has a significant regression against A, 0 when not, 2 on bad input."""
-    import argparse
+@click.command("compare", context_settings=SETTINGS,
+               short_help="Run B against run A, with intervals; exit 1 on a regression.")
+@click.argument("a")
+@click.argument("b")
+@click.option("--out", type=click.Path(path_type=Path), help="Folder for compare.html and compare.md.")
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=ALPHA, show_default=True,
+              help="Family-wise error rate of the regression flags (gatekeeping).")
+@click.option("--min-effect", type=float, default=MIN_EFFECT, show_default=True,
+              help="A drop in pass@1 or fast_1.0@1 smaller than this (absolute) is no regression.")
+@click.option("--min-speedup-effect", type=float, default=MIN_SPEEDUP_EFFECT, show_default=True,
+              help="A geomean slowdown smaller than this fraction is no regression.")
+def compare_command(a: str, b: str, out: Path | None, alpha: float, min_effect: float,
+                    min_speedup_effect: float) -> int:
+    """Run B against run A (the baseline), per model and problem: the change in pass@1,
+    fast_1.0@1 and geomean speedup, each with its 95 % interval, paired where the same samples
+    ran in both (docs/statistics.md). A and B are each a run, results or multirun folder, or its
+    file://, s3://, gs://, ... URI, or a summary.json (then summaries are compared, unpaired).
+
+    Exit status: 0 nothing flagged; 1 a significant regression (for CI); 2 bad input (a run that
+    cannot be read, nothing in common).
+
+    \b
+    Examples:
+      pkb-ray compare outputs/<old run> outputs/<new run> --out compare/
+      pkb-ray compare s3://my-bucket/pkb/a s3://my-bucket/pkb/b --alpha 0.01
+    """
+    return compare_runs(a, b, out, alpha, min_effect, min_speedup_effect)
+
+
+def compare_runs(a: str, b: str, out: Path | None = None, alpha: float = ALPHA, min_effect: float = MIN_EFFECT,
+                 min_speedup_effect: float = MIN_SPEEDUP_EFFECT) -> int:
+    """``pkb-ray compare`` on its parsed arguments: its exit status."""
     import sys
 
     from pkb_ray.summary import render_compare
-    from pkb_ray.summary.compare import ALPHA, MIN_EFFECT, MIN_SPEEDUP_EFFECT, compare
 
-    ap = argparse.ArgumentParser(prog="pkb-ray compare", description="B against A, per model and problem: the "
-                                 "change in pass@1, fast_1.0@1 and geomean speedup with 95 % intervals; exits 1 "
-                                 "on a significant regression, 2 on bad input (docs/statistics.md)")
-    ap.add_argument("a", help="the baseline: a run, results or multirun folder, or its file://, s3://, gs://, ... URI")
-    ap.add_argument("b", help="the candidate, the same")
-    ap.add_argument("--out", type=Path, help="folder for compare.html and compare.md")
-    ap.add_argument("--alpha", type=float, default=ALPHA, help="family-wise error rate of the flags (gatekeeping)")
-    ap.add_argument("--min-effect", type=float, default=MIN_EFFECT,
-                    help="a drop in pass@1 or fast_1.0@1 smaller than this (absolute) is no regression")
-    ap.add_argument("--min-speedup-effect", type=float, default=MIN_SPEEDUP_EFFECT,
-                    help="a geomean slowdown smaller than this fraction is no regression")
-    args = ap.parse_args(argv)
-    if not 0 < args.alpha < 1:
-        print(f"error: --alpha must lie in (0, 1), got {args.alpha}", file=sys.stderr)
-        return 2
     runs, docs = [], []
-    for side, path in (("A", args.a), ("B", args.b)):
+    for side, path in (("A", a), ("B", b)):
         try:
             rows, stored_docs = split_runs([path])
             docs.append(next(iter(stored_docs.values()), None))
@@ -286,17 +336,17 @@ def compare_main(argv: list[str] | None = None) -> int:
         from pkb_ray.summary import render_json
 
         docs = [d if d is not None else render_json.document(r, "") for d, r in zip(docs, runs)]
-        changes = stored.compare(*docs, min_effect=args.min_effect, min_speedup_effect=args.min_speedup_effect)
+        changes = stored.compare(*docs, min_effect=min_effect, min_speedup_effect=min_speedup_effect)
         print(stored.text(changes))
         if not changes:
             print("error: the two summaries have no model and figure in common", file=sys.stderr)
             return 2
         return 1 if any(c.regression for c in changes) else 0
-    result = compare(*runs, alpha=args.alpha, min_effect=args.min_effect, min_speedup_effect=args.min_speedup_effect)
+    result = compare(*runs, alpha=alpha, min_effect=min_effect, min_speedup_effect=min_speedup_effect)
     print(render_compare.text(result))
     if result.table.empty:
         return 2
-    if args.out:
-        page, md = render_compare.write(result, args.out, shown(args.a), shown(args.b))
+    if out:
+        page, md = render_compare.write(result, out, shown(a), shown(b))
         print(f"-> {page} and {md}")
     return 1 if len(result.regressions) else 0

@@ -6,7 +6,8 @@ What is compared: each run's :class:`~pkb_ray.summary.run.RunSummary` rows (each
 version, as the report scores them: a problem's sizes, dtypes and world sizes are problems of their
 own). Keys are (model, problem); when each run has one model and they differ, the two models are
 compared with each other. Keys one run lacks are listed, not compared. The rates count each run's
-runnable samples (not ``unsupported_hardware``).
+runnable samples: ``unsupported_hardware`` ones were never run, so they are left out and counted
+(``not run A``/``B``), which is why ``n`` can be less than the summary's.
 
 Paired or unpaired, per model (the table's ``test`` column says which):
 
@@ -24,7 +25,10 @@ draws) of the difference (of log speedups for the ratio). Unpaired: each run's s
 within problems, independently (seeds 0 and 1). Paired (seed 0): the rates' differences resampled
 within problems; the speedup's log ratios drawn from all the model's pairs together, as the
 geomean pools them: each is one source timed twice, so what varies is the timing, and a problem
-with a single pair would otherwise add no spread at all.
+with a single pair would otherwise add no spread at all. A change drawn from fewer than
+:data:`~pkb_ray.results.metrics.MIN_SAMPLES` samples (pairs; on either side, unpaired) has no
+interval (NaN, shown ``n/a``, as the summary shows a speedup of one sample): resampling one value
+gives a zero-width interval that says nothing. Such a row is never flagged.
 
 Test, one-sided for "B is worse", its statistic the change the table shows:
 
@@ -69,6 +73,7 @@ import numpy as np
 import pandas as pd
 
 from pkb_ray.results import intervals
+from pkb_ray.results.metrics import MIN_SAMPLES
 from pkb_ray.spec.names import Status
 from pkb_ray.summary.run import RunSummary
 
@@ -82,7 +87,7 @@ ALL = "ALL"  # the row over a model's problems both runs have
 METRICS = ("pass@1", "fast_1.0@1", "speedup")  # speedup: geomean B / A
 KEY = ["model", "problem_id"]
 PAIRED, UNPAIRED = "paired", "unpaired"
-COLUMNS = ["model", "problem", "test", "n A", "n B",
+COLUMNS = ["model", "problem", "test", "problems", "n A", "n B", "not run A", "not run B",
            *(f"{c}{end}" for m in METRICS[:2] for c, end in ((m, " A"), (m, " B"), (f"Δ {m}", ""), (f"Δ {m}", "_lo"),
                                                               (f"Δ {m}", "_hi"), (f"p {m}", ""))),
            "speedup A", "speedup B", "speedup B/A", "speedup B/A_lo", "speedup B/A_hi", "p speedup", "regressed"]
@@ -121,14 +126,19 @@ def compare(a: RunSummary | pd.DataFrame, b: RunSummary | pd.DataFrame, alpha: f
             min_effect: float = MIN_EFFECT, min_speedup_effect: float = MIN_SPEEDUP_EFFECT) -> Comparison:
     """``a`` and ``b``: runs, or their scored final rows (a :class:`RunSummary`'s ``rows``).
 
-    Columns of the table: model, problem, ``test`` (paired or unpaired), ``n A``, ``n B``; per metric
+    Columns of the table: model, problem, ``test`` (paired or unpaired), ``problems`` (how many the
+    row is over: 1, or the model's problems in both runs for ``ALL``), ``n A``, ``n B`` (the samples
+    compared), ``not run A``, ``not run B`` (``unsupported_hardware`` samples, left out); per metric
     m of :data:`METRICS`: ``m A``, ``m B``, the change (``Δ m`` for the rates, ``speedup B/A``) with
     ``_lo``/``_hi``, and ``p m`` (NaN where untestable); ``regressed``: the metrics flagged,
     space-separated."""
-    fa, fb = (_frame(x.rows if isinstance(x, RunSummary) else x) for x in (a, b))
+    ra, rb = (x.rows if isinstance(x, RunSummary) else x for x in (a, b))
+    fa, fb = _frame(ra), _frame(rb)
+    na, nb = _not_run(ra), _not_run(rb)
     if fa["model"].nunique() == 1 and fb["model"].nunique() == 1 and set(fa["model"]) != set(fb["model"]):
         pair = f"{fa['model'].iloc[0]} -> {fb['model'].iloc[0]}"  # one model against another
         fa, fb = fa.assign(model=pair), fb.assign(model=pair)
+        na, nb = ({(pair, p): n for (_, p), n in x.items()} for x in (na, nb))
     keys_a, keys_b = set(map(tuple, fa[KEY].values)), set(map(tuple, fb[KEY].values))
     both = sorted(keys_a & keys_b)
     rows = []
@@ -142,6 +152,9 @@ def compare(a: RunSummary | pd.DataFrame, b: RunSummary | pd.DataFrame, alpha: f
         else:
             row = _unpaired_row
         rows += [row(model, p, [x], [y]) for p, x, y in zip(problems, ga, gb)] + [row(model, ALL, ga, gb)]
+        for r in rows[-len(problems) - 1:]:
+            keys = [(model, p) for p in (problems if r["problem"] == ALL else [r["problem"]])]
+            r["not run A"], r["not run B"] = sum(na.get(k, 0) for k in keys), sum(nb.get(k, 0) for k in keys)
     table = pd.DataFrame(rows, columns=COLUMNS[:-1])
     if len(table):
         _flag(table, alpha, min_effect, min_speedup_effect)
@@ -149,6 +162,12 @@ def compare(a: RunSummary | pd.DataFrame, b: RunSummary | pd.DataFrame, alpha: f
         table["regressed"] = []
     name = lambda keys: [f"{m} / {p}" for m, p in sorted(keys)]  # noqa: E731
     return Comparison(table, alpha, name(keys_a - keys_b), name(keys_b - keys_a), min_effect, min_speedup_effect)
+
+
+def _not_run(rows: pd.DataFrame) -> dict[tuple[str, str], int]:
+    """(model, problem) -> its ``unsupported_hardware`` samples: never run, so not compared."""
+    never = rows[rows["status"] == Status.UNSUPPORTED_HARDWARE.value]
+    return {(str(m), str(p)): len(g) for (m, p), g in never.groupby(["model", "problem_id"])}
 
 
 def _same_samples(ga: list[pd.DataFrame], gb: list[pd.DataFrame]) -> bool:
@@ -161,7 +180,8 @@ def _same_samples(ga: list[pd.DataFrame], gb: list[pd.DataFrame]) -> bool:
 
 
 def _head(model: str, label: str, test: str, ga: list[pd.DataFrame], gb: list[pd.DataFrame]) -> dict:
-    row = {"model": model, "problem": label, "test": test, "n A": sum(map(len, ga)), "n B": sum(map(len, gb))}
+    row = {"model": model, "problem": label, "test": test, "problems": len(ga),
+           "n A": sum(map(len, ga)), "n B": sum(map(len, gb))}
     for m in ("pass@1", "fast_1.0@1"):
         row[f"{m} A"] = np.mean([g[m].to_numpy().mean() for g in ga])
         row[f"{m} B"] = np.mean([g[m].to_numpy().mean() for g in gb])
@@ -182,7 +202,8 @@ def _paired_row(model: str, label: str, ga: list[pd.DataFrame], gb: list[pd.Data
     weight = np.concatenate([np.full(n, 1.0 / (len(ga) * n)) for n in sizes])  # mean over problems of each's mean
     for m in ("pass@1", "fast_1.0@1"):
         d = np.concatenate([y[m].to_numpy() - x[m].to_numpy() for x, y in zip(ga, gb)])
-        row[f"Δ {m}_lo"], row[f"Δ {m}_hi"] = intervals.interval(intervals.share(intervals.resample(sizes, seed=0), d))
+        draws = intervals.share(intervals.resample(sizes, seed=0), d)
+        row[f"Δ {m}_lo"], row[f"Δ {m}_hi"] = _interval_of(len(d), draws)
         row[f"p {m}"] = sign_flip_p(d * weight)
     timed = [(x["speedup"].to_numpy(), y["speedup"].to_numpy()) for x, y in zip(ga, gb)]
     timed = [(sa[ok], sb[ok]) for sa, sb in timed if (ok := np.isfinite(sa) & np.isfinite(sb)).any()]
@@ -193,7 +214,7 @@ def _paired_row(model: str, label: str, ga: list[pd.DataFrame], gb: list[pd.Data
     row["speedup A"], row["speedup B"] = np.exp(np.log(sa).mean()), np.exp(np.log(sb).mean())
     row["speedup B/A"] = np.exp(d.mean())
     draws = intervals.log_geomean(intervals.resample([len(d)], seed=0), np.exp(d))  # pairs drawn from all problems
-    row["speedup B/A_lo"], row["speedup B/A_hi"] = np.exp(intervals.interval(draws))
+    row["speedup B/A_lo"], row["speedup B/A_hi"] = np.exp(_interval_of(len(d), draws))
     row["p speedup"] = sign_flip_p(d)
     return row
 
@@ -204,7 +225,7 @@ def _unpaired_row(model: str, label: str, ga: list[pd.DataFrame], gb: list[pd.Da
         va, vb = [g[m].to_numpy() for g in ga], [g[m].to_numpy() for g in gb]
         draws = (intervals.share(intervals.resample(list(map(len, vb)), seed=1), np.concatenate(vb))
                  - intervals.share(intervals.resample(list(map(len, va)), seed=0), np.concatenate(va)))
-        row[f"Δ {m}_lo"], row[f"Δ {m}_hi"] = intervals.interval(draws)
+        row[f"Δ {m}_lo"], row[f"Δ {m}_hi"] = _interval_of(min(row["n A"], row["n B"]), draws)
         row[f"p {m}"] = _permutation_p(va, vb, pooled=False)
     la = [np.log(g["speedup"].dropna().to_numpy()) for g in ga]
     lb = [np.log(g["speedup"].dropna().to_numpy()) for g in gb]
@@ -216,9 +237,16 @@ def _unpaired_row(model: str, label: str, ga: list[pd.DataFrame], gb: list[pd.Da
     draws = (intervals.log_geomean(intervals.resample(list(map(len, lb)), seed=1), np.exp(np.concatenate(lb)))
              - intervals.log_geomean(intervals.resample(list(map(len, la)), seed=0), np.exp(np.concatenate(la))))
     row["speedup B/A"] = row["speedup B"] / row["speedup A"]
-    row["speedup B/A_lo"], row["speedup B/A_hi"] = np.exp(intervals.interval(draws))
+    timed_n = min(sum(map(len, la)), sum(map(len, lb)))
+    row["speedup B/A_lo"], row["speedup B/A_hi"] = np.exp(_interval_of(timed_n, draws))
     row["p speedup"] = _permutation_p(la, lb, pooled=True)
     return row
+
+
+def _interval_of(n: int, draws: np.ndarray) -> tuple[float, float]:
+    """The 95 % interval of a change's bootstrap ``draws``, or (NaN, NaN) when they come from fewer
+    than MIN_SAMPLES samples: one value resampled has no spread to show."""
+    return intervals.interval(draws) if n >= MIN_SAMPLES else (np.nan, np.nan)
 
 
 def sign_flip_p(contributions: np.ndarray) -> float:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pkb_ray.summary.compare import PAIRED, UNPAIRED, Comparison
+from pkb_ray.summary.compare import ALL, PAIRED, UNPAIRED, Comparison
 from pkb_ray.summary.render_html import CSS, html_table
 from pkb_ray.summary.render_markdown import markdown_table
 from pkb_ray.summary.render_text import WIDTH, fit_columns
@@ -49,7 +49,8 @@ def text(c: Comparison) -> str:
     t = c.table
     if t.empty:
         return "nothing to compare: the runs share no (model, problem)"
-    cells = {"model": t["model"].tolist(), "problem": t["problem"].tolist(),
+    cells = {"model": t["model"].tolist(),
+             "problem": [f"{p} ({n} problems)" if p == ALL else p for p, n in zip(t["problem"], t["problems"])],
              "n A/B": [f"{a}/{b}" for a, b in zip(t["n A"], t["n B"])]}
     for column in CHANGES:
         show = _ratio if column == "speedup B/A" else _signed
@@ -60,7 +61,19 @@ def text(c: Comparison) -> str:
     for side, keys in (("A", c.only_a), ("B", c.only_b)):
         if keys:
             lines.append(f"only in {side} (not compared): {len(keys)}: " + ", ".join(keys)[:WIDTH - 40])
-    return "\n".join([*lines, *textwrap.wrap(tests_used(c), WIDTH, subsequent_indent="  "), verdict(c)])
+    return "\n".join([*lines, *textwrap.wrap(counted(c), WIDTH, subsequent_indent="  "),
+                      *textwrap.wrap(tests_used(c), WIDTH, subsequent_indent="  "), verdict(c)])
+
+
+def counted(c: Comparison) -> str:
+    """What ``n A/B`` counts, and the samples left out (never run on this hardware) where there are any."""
+    out = "n A/B: the samples compared; [n/a]: a change from fewer than 2 samples has no interval"
+    t = c.table[(c.table["problem"] != ALL) & ((c.table["not run A"] > 0) | (c.table["not run B"] > 0))]
+    if len(t):
+        out += ("; not compared, never run (unsupported_hardware), A/B: "
+                + ", ".join(f"{m} / {p} {a}/{b}" if c.table["model"].nunique() > 1 else f"{p} {a}/{b}"
+                            for m, p, a, b in zip(t["model"], t["problem"], t["not run A"], t["not run B"])))
+    return out
 
 
 def _signed(x) -> str:

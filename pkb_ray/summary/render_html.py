@@ -59,7 +59,7 @@ def page(summary: RunSummary, title: str, stamp: str, href: Href | None = None, 
     href = href or (lambda a: f"#{a}")
     blocks = {
         "leaderboard": html_table(summary.leaderboard),
-        "pass-at-k": figures.curves(summary),
+        "pass-at-k": figures.curves(summary) + html_table(summary.curve_table),  # its problems: what each k is over
         "speedups": figures.speedups(summary) + html_table(summary.speedups),
         "failures": figures.failures(summary) + html_table(summary.failures),
         "problems": html_table(summary.problems, href),

@@ -1,6 +1,7 @@
 """``summary.json``: a run's summary for machines (a CI gate, a script), beside its report: the
-headline figures and the overall, per-category and per-problem tables with their intervals, and
-the status counts. NaN (a score with nothing to score) is written as null."""
+headline figures, what each pass@k is averaged over (``over``: pass@k counts the problems with at
+least k samples), the overall, per-category and per-problem tables with their intervals, and the
+status counts. NaN (a score with nothing to score) is written as null."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def _records(df: pd.DataFrame | None) -> list[dict[str, Any]]:
 
 
 def document(summary: RunSummary, title: str) -> dict[str, Any]:
-    return {"title": title, "scalars": _plain(summary.scalars), "statuses": _plain(summary.statuses),
+    return {"title": title, "scalars": _plain(summary.scalars), "over": summary.over,
+            "statuses": _plain(summary.statuses),
             "timing": summary.timing, "partial": summary.partial, "overall": _records(summary.overall),
             "per_category": _records(summary.per_category), "per_problem": _records(summary.per_problem)}
 

@@ -28,7 +28,7 @@ def _two(x) -> str:
 def table(summary: RunSummary) -> str:
     if summary.rows.empty:
         return "no results"
-    rows = pd.concat([summary.per_problem, summary.overall.assign(problem_id="ALL")], ignore_index=True)
+    rows = summary.table
     last = pass_col(SHOWN_KS[-1])  # taken only over problems with that many samples: say how many
     fast, cells = fast_col(1.0), {}
     cells["model"] = rows["model"].astype(str).tolist()

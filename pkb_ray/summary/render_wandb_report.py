@@ -33,7 +33,10 @@ def _frames(summary: RunSummary) -> dict[str, pd.DataFrame | None]:
 
 def build(summary: RunSummary, entity: str, project: str, run_id: str, title: str) -> Any:
     """The Report's object (not saved): headline bars, then every section the page has."""
-    import wandb_workspaces.reports.v2 as wr
+    try:
+        import wandb_workspaces.reports.v2 as wr
+    except ImportError as exc:  # an extra: a run needs it only to publish a Report of an online run
+        raise ImportError(f"{exc}: pip install 'pkb_ray[reports]' (wandb-workspaces) for W&B Reports") from None
 
     def over_run(*panels) -> Any:
         return wr.PanelGrid(runsets=[wr.Runset(entity=entity, project=project, name="this run",

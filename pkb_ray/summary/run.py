@@ -7,7 +7,8 @@ from typing import Any
 
 import pandas as pd
 
-from pkb_ray.results.metrics import as_scored, curves, fast_col, fast_p_curve, final_and_rounds, summarize, timing_note
+from pkb_ray.results.metrics import (as_scored, curves, fast_col, fast_p_curve, final_and_rounds, pass_col, summarize,
+                                     timing_note)
 from pkb_ray.spec.names import Status
 from pkb_ray.summary import sizes, tables
 
@@ -80,6 +81,30 @@ class RunSummary:
         )
 
     @property
+    def table(self) -> pd.DataFrame:
+        """The summary table the run prints: per model and problem, then per model over all its
+        problems (``problem_id`` ``ALL``), with :func:`~pkb_ray.results.metrics.summarize`'s columns."""
+        return pd.concat([self.per_problem, self.overall.assign(problem_id="ALL")], ignore_index=True)
+
+    @property
+    def over(self) -> dict[str, str]:
+        """What each pass@k and fast_1.0@k of :attr:`scalars` is averaged over, in words: pass@k
+        counts only the problems with at least k samples (``pass@10``: "1 of 8 problems (those with
+        at least 10 samples)")."""
+        out = {}
+        for prefix in ["", *(f"{m}/" for m in self.overall["model"])]:
+            everything = self.scalars.get(f"{prefix}problems")
+            for k in KS:
+                n = self.scalars.get(f"{prefix}{pass_col(k)}_problems")
+                if n is None or everything is None:
+                    continue
+                words = f"{n} of {everything} problems" + (f" (those with at least {k} samples)" if k > 1 else "")
+                out[f"{prefix}{pass_col(k)}"] = words if n else f"0 of {everything} problems: none has {k} samples"
+                if k > 1:
+                    out[f"{prefix}{fast_col(CURVE_P).removesuffix('@1')}@{k}"] = out[f"{prefix}{pass_col(k)}"]
+        return out
+
+    @property
     def description(self) -> str:
         """One line: how many results, models and problems, the hardware, the timing note."""
         rows = self.rows
@@ -91,9 +116,10 @@ class RunSummary:
 def _scalars(rows: pd.DataFrame, overall: pd.DataFrame) -> dict[str, Any]:
     """The run's headline figures: every score over all (model, problem) units ("pass@1", ...), the
     same per model ("<model>/pass@1", ...), fast_1.0@k for each k of KS (over the problems with at
-    least k samples, as pass@k) with, for k > 1, its standard error ``fast_1.0@k_se`` (pass@k's
-    estimator, so pass@k's: NaN, and left out, where a problem has exactly k samples; fast_1.0@1 has
-    its Wilson interval ``fast_1.0@1_lo``/``_hi``, as pass@k has ``pass@k_lo``/``_hi``), and the timing note."""
+    least k samples, as pass@k: ``fast_1.0@k_problems``, as ``pass@k_problems``, says how many)
+    with, for k > 1, its standard error ``fast_1.0@k_se`` (pass@k's estimator, so pass@k's: NaN,
+    and left out, where a problem has exactly k samples; fast_1.0@1 has its Wilson interval
+    ``fast_1.0@1_lo``/``_hi``, as pass@k has ``pass@k_lo``/``_hi``), and the timing note."""
     if rows.empty:
         return {}
     out: dict[str, Any] = {}
@@ -103,11 +129,18 @@ def _scalars(rows: pd.DataFrame, overall: pd.DataFrame) -> dict[str, Any]:
     wide = {"": curves(rows.assign(model_scope="all"), ["model_scope"], **k_curves)}
     by_model = curves(rows, ["model"], **k_curves)
     for prefix, scores in per_model:
-        out.update({f"{prefix}{k}": v for k, v in scores.items() if k != "model" and pd.notna(v)})
+        out.update({f"{prefix}{k}": _count(k, v) for k, v in scores.items() if k != "model" and pd.notna(v)})
         curve = wide[""] if not prefix else by_model[by_model["model"] == prefix[:-1]]
         fast = curve[(curve["metric"] == f"fast_{CURVE_P}") & curve["k"].isin(KS)]
         name = fast_col(CURVE_P).removesuffix("@1")
         out.update({f"{prefix}{name}@{k}": v for k, v in zip(fast["k"], fast["value"])})
         out.update({f"{prefix}{name}@{k}_se": se for k, se in zip(fast["k"], fast["se"]) if k > 1 and pd.notna(se)})
+        out.update({f"{prefix}{name}@{k}_problems": int(n) for k, n in zip(fast["k"], fast["problems"]) if k > 1})
     out["timing"] = timing_note(rows)
     return out
+
+
+def _count(key: str, value: Any) -> Any:
+    """A count among the scores (``n``, ``problems``, ``pass@k_problems``, ``n_<status>``) as an int:
+    the scores of every model together come as floats."""
+    return int(value) if key in ("n", "problems") or key.endswith("_problems") or key.startswith("n_") else value

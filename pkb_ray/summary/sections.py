@@ -22,7 +22,8 @@ NOTES = {
                    "reference. Speedups and fractions of speed of light are over correct samples. [lo, hi]: 95 % "
                    "interval, Wilson for pass@1 and fast_p@1, bootstrap for the speedups (docs/statistics.md).",
     "pass-at-k": "Unbiased estimates from n samples per problem, averaged over problems; k runs up to the fewest "
-                 "samples any problem of the model has, so every point averages the same problems. Right: "
+                 "samples any problem of the model has, so every point averages the same problems (the table's "
+                 "problems column says how many). Right: "
                  "fast_p@1 against the threshold p. Shaded and [lo, hi]: 95 % bands, the bootstrap's for pass@k and "
                  "fast_1.0@k (samples resampled within problems), Wilson intervals for fast_p@1 (docs/statistics.md).",
     "speedups": "Reference time / candidate time, correct samples only; each box is one category and model (the "

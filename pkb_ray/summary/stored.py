@@ -80,6 +80,7 @@ class Change:
     b: float
     b_interval: tuple[float, float]
     regression: bool
+    problems: tuple[Any, Any] = (None, None)  # what A's and B's figure is over (their overall rows' ``problems``)
 
     @property
     def change(self) -> float:
@@ -106,21 +107,23 @@ def compare(a: dict[str, Any], b: dict[str, Any], min_effect: float, min_speedup
             beyond = (vb / va < 1 - min_speedup_effect if metric == "geomean_speedup" and va
                       else va - vb > min_effect)
             out.append(Change(ma if ma == mb else f"{ma} -> {mb}", metric, va, ia, vb, ib,
-                              regression=bool(beyond and ib[1] < ia[0])))
+                              regression=bool(beyond and ib[1] < ia[0]),
+                              problems=(rows_a[ma].get("problems"), rows_b[mb].get("problems"))))
     return out
 
 
 def text(changes: list[Change]) -> str:
     """The comparison as a table for a terminal."""
     def show(v: float, i: tuple[float, float]) -> str:
-        return f"{v:.3g} [{i[0]:.3g}, {i[1]:.3g}]" if not math.isnan(i[0]) else f"{v:.3g}"
+        return f"{v:.3g} [{i[0]:.3g}, {i[1]:.3g}]" if not math.isnan(i[0]) else f"{v:.3g} [n/a]"
 
     lines = ["from summary.json (no rows: unpaired, a regression where the 95 % intervals do not overlap and "
-             "the change is beyond the minimum effect)",
-             f"{'model':<24} {'metric':<16} {'A':<24} {'B':<24} {'change':>8}  verdict"]
+             "the change is beyond the minimum effect; over: the problems each figure averages, A/B)",
+             f"{'model':<24} {'metric':<16} {'over':>7} {'A':<24} {'B':<24} {'change':>8}  verdict"]
     for c in changes:
         change = f"x{c.change:.3f}" if c.metric == "geomean_speedup" else f"{c.change:+.3f}"
         verdict = "REGRESSION" if c.regression else "no regression"
-        lines.append(f"{c.model:<24} {c.metric:<16} {show(c.a, c.a_interval):<24} {show(c.b, c.b_interval):<24} "
-                     f"{change:>8}  {verdict}")
+        over = "/".join("?" if n is None else str(int(n)) for n in c.problems)
+        lines.append(f"{c.model:<24} {c.metric:<16} {over:>7} {show(c.a, c.a_interval):<24} "
+                     f"{show(c.b, c.b_interval):<24} {change:>8}  {verdict}")
     return "\n".join(lines)

@@ -140,11 +140,15 @@ def grid_table(cells: dict[str, dict[str, GridCell]], models: list[str]) -> pd.D
 
 def curve_table(curves: pd.DataFrame) -> pd.DataFrame:
     """The curves as the pages' table: per model and k, ``pass@k`` and ``fast_1.0@k`` (each metric of
-    ``curves`` as ``<metric>@k``), each with its 95 % band (``_lo``, ``_hi``)."""
+    ``curves`` as ``<metric>@k``), each with its 95 % band (``_lo``, ``_hi``), and the problems each
+    point averages (``problems``)."""
     parts = [g.set_index(["model", "k"])[["value", "lo", "hi"]].set_axis(
                  [f"{metric}@k", f"{metric}@k_lo", f"{metric}@k_hi"], axis=1)
              for metric, g in curves.groupby("metric", sort=False)]
-    return pd.concat(parts, axis=1).sort_index().reset_index() if parts else pd.DataFrame(columns=["model", "k"])
+    if not parts:
+        return pd.DataFrame(columns=["model", "k", "problems"])
+    over = curves.drop_duplicates(["model", "k"]).set_index(["model", "k"])["problems"]
+    return pd.concat([*parts, over], axis=1).sort_index().reset_index()
 
 
 def category_speedups(rows: pd.DataFrame, per_category: pd.DataFrame) -> pd.DataFrame:

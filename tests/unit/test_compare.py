@@ -4,12 +4,12 @@ with a dozen samples a problem and on runs shaped like the shipped replay set (2
 paired test where both runs hold the same sources, the unpaired one otherwise; the gatekeeping
 rule's error control, measured."""
 
-import importlib.util
 import random
 
 import numpy as np
 import pytest
 
+from benchmarks import compare_power as power
 from conftest import REPO
 from pkb_ray.generate.samples import read_samples
 from pkb_ray.spec.names import Status
@@ -42,11 +42,9 @@ def run(seed: int, p_correct: float = 0.7, speed: float = 1.3, samples: int = 12
     return summary_of(rows)
 
 
-# The shipped replay set's shape, as scripts/compare_power.py builds it (its docstring says where
-# the speedups and the noise come from); that script prints what docs/statistics.md quotes.
-_spec = importlib.util.spec_from_file_location("compare_power", REPO / "scripts" / "compare_power.py")
-power = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(power)
+# The shipped replay set's shape, as benchmarks/compare_power.py builds it (its docstring says where
+# the speedups and the noise come from); `python -m benchmarks compare_power` prints what
+# docs/statistics.md quotes.
 REPLAY = read_samples(REPO / "samples" / "replay")
 
 

@@ -28,7 +28,7 @@ def test_group_choice_and_key_overrides():
 
 
 def test_a_run_of_spread_layouts_only():
-    # e.g. scripts/emulate_nodes.py: fake nodes of one GPU each hold the 2x1 gang, not a W=2 one
+    # e.g. python -m benchmarks nodes: fake nodes of one GPU each hold the 2x1 gang, not a W=2 one
     cfg = validate_config(composed("hardware.world_sizes=[]", "hardware.nodes=2", "hardware.spread=[2x1]"))
     assert [str(lay) for lay in cfg.hardware.layouts] == ["2x1"]
 

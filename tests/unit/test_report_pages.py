@@ -2,7 +2,6 @@
 A large run keeps its sources out of report.html (one page per problem); the grid is a heat map
 with a legend; the speedup axes are labelled 0.25x ... 4x."""
 
-import importlib.util
 import math
 import re
 from html import escape as html_escape
@@ -10,16 +9,12 @@ from html import escape as html_escape
 import pandas as pd
 import pytest
 
-from conftest import REPO
+from benchmarks import report_size as bench
 from pkb_ray.results.parquet import write_results
 from pkb_ray.summary import RunSummary, figures, render_html
 from pkb_ray.summary.cli import read_runs
 from pkb_ray.summary.pages import write
 from pkb_ray.summary.tables import sample_anchor
-
-spec = importlib.util.spec_from_file_location("bench_report_size", REPO / "scripts" / "bench_report_size.py")
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
 
 PAGE_BOUND = 5_000_000  # bytes of report.html at 5,000 samples (issue 30); measured: docs/benchmarks/report.md
 

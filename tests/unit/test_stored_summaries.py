@@ -1,18 +1,13 @@
 """Runs known only by their summary.json (a CI artifact): ``pkb-ray report`` makes a leaderboard
 of them and ``pkb-ray compare`` compares them, flagging a real drop and not the same run twice."""
 
-import importlib.util
 import json
 
-from conftest import REPO
+from benchmarks import report_size as bench
 from pkb_ray.results.parquet import write_results
 from pkb_ray.spec.names import Status
 from pkb_ray.summary import RunSummary, render_json
 from pkb_ray.summary.cli import compare_main, main, read_runs
-
-spec = importlib.util.spec_from_file_location("bench_report_size", REPO / "scripts" / "bench_report_size.py")
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
 
 
 def _run(folder, results, keep_rows: bool):

@@ -9,7 +9,9 @@ from types import SimpleNamespace
 import pytest
 from pathspec import PathSpec
 
-from pkb_ray.commands.submit import auth_headers, excludes, first_job, follow, job_spec, main, parser
+from pkb_ray.cli import main as cli
+from pkb_ray.cli import submit as submit_command
+from pkb_ray.commands.submit import SubmitArgs, auth_headers, excludes, first_job, follow, job_spec
 from pkb_ray.spec.compose import compose_config
 from pkb_ray.spec.config import ConfigError
 from pkb_ray.spec.paths import CODE_ROOT
@@ -19,7 +21,8 @@ OPENAI = ["model=gpt_5"]  # a generating model; its key: OPENAI_API_KEY
 
 
 def spec(*argv: str, environ=None):
-    args = parser().parse_intermixed_args(list(argv))
+    with submit_command.make_context("submit", list(argv)) as ctx:  # pkb-ray submit's own parsing
+        args = SubmitArgs(**ctx.params)
     return job_spec(args, compose_config(first_job(args.overrides)), environ or {})
 
 
@@ -66,13 +69,13 @@ def test_the_api_key_reaches_the_driver_only_as_asked():
 
 
 def test_a_bad_command_line_fails_before_anything_is_sent(capsys):
-    assert main(["eval.timout_s=3", BUCKET, "--address", "http://127.0.0.1:1"]) == 2
+    assert cli(["submit", "eval.timout_s=3", BUCKET, "--address", "http://127.0.0.1:1"]) == 2
     assert "did you mean eval.timeout_s" in capsys.readouterr().err
-    assert main(["--address", "http://127.0.0.1:1"]) == 2  # local results: refused before connecting
+    assert cli(["submit", "--address", "http://127.0.0.1:1"]) == 2  # local results: refused before connecting
     assert "results_dir: <output_dir>/results is a folder of the job's working dir" in capsys.readouterr().err
-    assert main(["--follow", "raysubmit_x", "problems=smoke"]) == 2  # a job has its own overrides
+    assert cli(["submit", "--follow", "raysubmit_x", "problems=smoke"]) == 2  # a job has its own overrides
     assert "takes no overrides" in capsys.readouterr().err
-    assert main([BUCKET, "wandb=disabled", "--address", "http://127.0.0.1:1"]) == 2  # nothing listens there
+    assert cli(["submit", BUCKET, "wandb=disabled", "--address", "http://127.0.0.1:1"]) == 2  # nothing listens there
     assert "no Ray job server at http://127.0.0.1:1" in capsys.readouterr().err
 
 
