@@ -10,13 +10,15 @@ small (docs/benchmarks/report.md measures it at 5,000 samples).
 
 from __future__ import annotations
 
-import html
+import functools
 import math
 import re
 from pathlib import Path
 from typing import Callable
 
+import jinja2
 import pandas as pd
+from markupsafe import Markup
 
 from pkb_ray.spec.names import Status
 from pkb_ray.summary import figures
@@ -29,6 +31,19 @@ INLINE_TEXT_BYTES = 2_000_000  # ... and their sources and messages, together; a
 SOURCES = "sources"
 
 Href = Callable[[str], str]  # a sample's anchor -> the link that opens its block
+
+
+@functools.lru_cache(maxsize=1)
+def _templates() -> jinja2.Environment:
+    """The page's templates (``templates/*.html.j2`` beside this module), every value escaped."""
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
+                              autoescape=True, undefined=jinja2.StrictUndefined)
+
+
+def _render(template: str, **values) -> str:
+    """A fragment of the page (plain text: an SVG figure and a table are joined as strings; a
+    template that includes a fragment takes it as ``Markup``)."""
+    return _templates().get_template(template).render(**values)
 
 
 def pages(summary: RunSummary, title: str, stamp: str, inline_samples: int = INLINE_SAMPLES,
@@ -71,16 +86,14 @@ def page(summary: RunSummary, title: str, stamp: str, href: Href | None = None, 
     for key, table in optional(summary).items():
         sections[key] = OPTIONAL[key]
         blocks[key] = (figures.sizes(table) if key == "sizes" else "") + html_table(table)
-    nav = "".join(f'<a href="#{k}">{v}</a>' for k, v in sections.items())
-    body = "".join(f'<section id="{k}"><h2>{sections[k]}</h2><p class="note">{html.escape(NOTES[k])}</p>'
-                   f'{blocks[k]}</section>' for k in sections)
-    return _document(title, f"{summary.description}; generated {stamp}", f"<nav>{nav}</nav>{body}")
+    body = _render("sections.html.j2", sections=list(sections.items()), notes=NOTES,
+                   blocks={k: Markup(v) for k, v in blocks.items()})  # each made here, escaped already
+    return _document(title, f"{summary.description}; generated {stamp}", body)
 
 
 def _document(title: str, meta: str, body: str) -> str:
-    return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{CSS}</style><script>{OPEN_TARGET}</script></head><body><h1>{html.escape(title)}</h1>"
-            f"<p class='meta'>{html.escape(meta)}</p>{body}</body></html>\n")
+    return _templates().get_template("document.html.j2").render(
+        title=title, meta=meta, body=Markup(body), css=Markup(CSS), script=Markup(OPEN_TARGET)) + "\n"
 
 
 # The grid's heat map: a cell's colour is its best correct speedup on a log scale (brown slower than
@@ -108,24 +121,21 @@ def grid_html(summary: RunSummary, href: Href | None = None) -> str:
     text (share correct / best speedup) and links to the best sample's block."""
     href = href or (lambda a: f"#{a}")
     models = sorted(summary.rows["model"].unique())
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in ["problem", *models])
     rows = []
     for pid, row in sorted(summary.grid.items()):
         cells = []
         for m in models:
             cell = row.get(m)
             if cell is None:
-                cells.append("<td></td>")
+                cells.append(None)
                 continue
             what = f"{m} on {pid}: {grid_share(cell)}" + (
                 f", best correct speedup {cell.best_speedup:.2f}x (the maximum of {cell.timed} correct, timed "
                 "samples: no interval)" if cell.anchor else ", none correct and timed")
-            link = href(cell.anchor) if cell.anchor else ""
-            text = f'<a href="{html.escape(link)}">{html.escape(cell.text)}</a>' if link else html.escape(cell.text)
-            cells.append(f'<td class="heat" style="{_heat_style(cell)}" title="{html.escape(what)}">{text}</td>')
-        rows.append(f"<tr><td>{html.escape(pid)}</td>{''.join(cells)}</tr>")
-    return (f"<table class='grid'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-            + grid_legend())
+            cells.append({"style": _heat_style(cell), "title": what, "text": cell.text,
+                          "link": href(cell.anchor) if cell.anchor else ""})
+        rows.append((pid, cells))
+    return _render("grid.html.j2", columns=["problem", *models], rows=rows, swatches=legend_swatches())
 
 
 def grid_share(cell: GridCell) -> str:
@@ -136,36 +146,33 @@ def grid_share(cell: GridCell) -> str:
             "(95 % Wilson interval)")
 
 
-def grid_legend() -> str:
+def legend_swatches() -> list[tuple[str, str]]:
+    """The grid legend's (colour, label) pairs: the speedups of :data:`LEGEND_SPEEDUPS`, then none."""
     labels = [figures.speedup_label(v) for v in LEGEND_SPEEDUPS]
     labels[0], labels[-1] = f"{labels[0]} or slower", f"{labels[-1]} or faster"
-    swatches = [*((heat(v), label) for v, label in zip(LEGEND_SPEEDUPS, labels)), (NONE, "no correct sample")]
-    items = "".join(f'<span><i style="background:{c}"></i>{html.escape(label)}</span>' for c, label in swatches)
-    return (f"<p class='legend'>Colour: best correct speedup. {items}"
-            "<span><i class='bar'></i>bar: share of samples correct (full width: all)</span></p>")
+    return [*((heat(v), label) for v, label in zip(LEGEND_SPEEDUPS, labels)), (NONE, "no correct sample")]
 
 
 LINKS = ("best sample",)  # columns holding the anchor of a sample's block: shown as a link to it
 
 
-def _cell(column: str, value, href: Href) -> str:
+def _cell(column: str, value, href: Href) -> tuple[str, str]:
+    """A table cell as (text, link): a sample's anchor opens its block, a URL is its own link."""
     if column in LINKS:  # an empty link (a W&B panel of its own): the anchor as text
         link = href(str(value)) if value else ""
-        return f'<a href="{html.escape(link)}">open</a>' if link else html.escape(str(value or ""))
+        return ("open", link) if link else (str(value or ""), "")
     if isinstance(value, str) and value.startswith(("https://", "http://")) and " " not in value:
-        return f'<a href="{html.escape(value)}">{html.escape(value)}</a>'  # e.g. the W&B run
-    return html.escape(fmt(value))
+        return value, value  # e.g. the W&B run
+    return fmt(value), ""
 
 
 def html_table(df: pd.DataFrame, href: Href | None = None) -> str:
     if df.empty:
-        return "<p><em>(none)</em></p>"
+        return _render("table.html.j2", columns=[], rows=[])
     df = fold(df)  # a score's SE or interval beside it: one cell
     href = href or (lambda a: f"#{a}")
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
-    body = "".join("<tr>" + "".join(f"<td>{_cell(c, v, href)}</td>" for c, v in zip(df.columns, row)) + "</tr>"
-                   for row in df.itertuples(index=False))
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    rows = [[_cell(c, v, href) for c, v in zip(df.columns, row)] for row in df.itertuples(index=False)]
+    return _render("table.html.j2", columns=[str(c) for c in df.columns], rows=rows)
 
 
 CSS = """
@@ -205,7 +212,7 @@ addEventListener("DOMContentLoaded", openTarget);
 
 def sample_blocks(df: pd.DataFrame) -> str:
     """One ``<details id=...>`` per result: status, message, per-rank times, speedup, SOL, round, source."""
-    out = []
+    samples = []
     rows = df.sort_values(["model", "problem_id", "sample_index", "world_size"])
     for r in rows.to_dict("records"):
         where = [f"W={int(r['world_size'])}", *(str(r.get(k) or "") for k in ("size", "dtype")),
@@ -216,11 +223,10 @@ def sample_blocks(df: pd.DataFrame) -> str:
             head += f", {r['speedup']:.3g}x"
         if pd.notna(r.get("sol_fraction")):
             head += f", {r['sol_fraction']:.3g} of SOL"
-        out.append(f'<details id="{sample_anchor(r)}"><summary>{html.escape(head)}</summary>'
-                   + (f"<pre>{html.escape(str(r['message']))}</pre>" if str(r.get("message", "")).strip() else "")
-                   + _rank_times(r)
-                   + f"<pre class='src'>{html.escape(str(r.get('source', '') or ''))}</pre></details>")
-    return "".join(out)
+        message = str(r.get("message", ""))
+        samples.append({"anchor": sample_anchor(r), "head": head, "message": message if message.strip() else "",
+                        "ranks": _rank_times(r), "source": str(r.get("source", "") or "")})
+    return _render("samples.html.j2", samples=samples, rank_columns=["rank", *RANK_COLUMNS.values()])
 
 
 WANDB_SOURCES = "report_sources"  # W&B's key prefix of a large run's per-problem pages
@@ -236,34 +242,21 @@ def source_index(rows: pd.DataFrame, files: dict[str, str], panels: bool = False
     blocks (``panels``: naming the W&B panel that shows it)."""
     table = (rows.assign(correct=rows["status"] == Status.CORRECT.value).groupby("problem_id", sort=True)
              .agg(models=("model", "nunique"), results=("status", "size"), correct=("correct", "sum")))
-    body = "".join(f"<tr><td>{html.escape(pid)}</td><td>{r.models}</td><td>{r.results}</td><td>{r.correct}</td>"
-                   f"<td>{_page_cell(files[pid], panels)}</td></tr>" for pid, r in table.iterrows())
+    problems = [{"problem": pid, "models": r.models, "results": r.results, "correct": r.correct, "panel": panels,
+                 "page": wandb_panel(files[pid]) if panels else files[pid]} for pid, r in table.iterrows()]
     where = ("in a W&B panel of its own (the panel named here)" if panels else "on a page of its own beside this "
              "report")
-    return (f"<p class='note'>{len(rows)} results: each problem's blocks are {where} (W&B's samples table holds "
-            f"the same sources).</p><table><thead><tr><th>problem</th>"
-            f"<th>models</th><th>results</th><th>correct</th><th>page</th></tr></thead><tbody>{body}</tbody></table>")
-
-
-def _page_cell(path: str, panels: bool) -> str:
-    if panels:
-        return f"<code>{html.escape(wandb_panel(path))}</code>"
-    return f'<a href="{html.escape(path)}">{html.escape(path)}</a>'
+    return _render("source_index.html.j2", results=len(rows), where=where, problems=problems)
 
 
 RANK_COLUMNS = {"ref_median_us": "reference us (median)", "ref_iqr_us": "reference IQR",
                 "cand_median_us": "sample us (median)", "cand_iqr_us": "sample IQR"}
 
 
-def _rank_times(r: dict) -> str:
-    """A result's per-rank medians and interquartile ranges as a table ("" without any); written
+def _rank_times(r: dict) -> list[list[tuple[str, str]]]:
+    """A result's per-rank medians and interquartile ranges as table rows ([] without any); made
     directly, not through a DataFrame: a large run has thousands (one pandas frame each took 1 ms)."""
     values = [[] if r.get(c) is None or isinstance(r.get(c), float) else list(r[c]) for c in RANK_COLUMNS]
     n = max(map(len, values))
-    if not n:
-        return ""
-    head = "".join(f"<th>{c}</th>" for c in ("rank", *RANK_COLUMNS.values()))
     cell = lambda v, i: fmt(float(v[i])) if i < len(v) and v[i] is not None else "-"  # noqa: E731
-    body = "".join(f"<tr><td>{i}</td>" + "".join(f"<td>{cell(v, i)}</td>" for v in values) + "</tr>"
-                   for i in range(n))
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return [[(str(i), ""), *((cell(v, i), "") for v in values)] for i in range(n)]

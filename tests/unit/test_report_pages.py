@@ -4,7 +4,7 @@ with a legend; the speedup axes are labelled 0.25x ... 4x."""
 
 import math
 import re
-from html import escape as html_escape
+from markupsafe import escape as html_escape  # how the page escapes (its Jinja2 templates)
 
 import pandas as pd
 import pytest
