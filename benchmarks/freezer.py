@@ -28,7 +28,7 @@ from pkb_ray.spec.config import EvalConfig, HardwareConfig
 from pkb_ray.spec.paths import CONF_DIR
 from pkb_ray.spec.schema import Sample
 
-FREEZERS = {"cgroup": "auto", "signals": "signals"}  # what PKB_FREEZER says for each side
+FREEZERS = {"cgroup": "cgroup", "signals": "signals"}  # what PKB_FREEZER says for each side
 
 
 def _summary(rows: list[dict]) -> dict:
@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
             os.environ.pop(freeze_group.FREEZER_ENV, None)
         else:
             os.environ[freeze_group.FREEZER_ENV] = before
-    result = {"cgroup_available": freeze_group.parent()[1], "samples": args.samples, "problem": args.problem,
+    result = {"cgroup_available": freeze_group.probe()[1], "samples": args.samples, "problem": args.problem,
               **{side: {**_summary(r), "rows": r} for side, r in rows.items()}}
     for side in FREEZERS:
         print(side, json.dumps({k: v for k, v in result[side].items() if k != "rows"}))

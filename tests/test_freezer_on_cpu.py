@@ -228,8 +228,8 @@ def test_a_process_resumed_during_the_freeze_is_stopped_again():
         root.wait()
 
 
-needs_group = pytest.mark.skipif(freeze_group.parent()[0] is None,
-                                 reason=f"no cgroup of our own: {freeze_group.parent()[1]}")
+needs_group = pytest.mark.skipif(freeze_group.probe()[0] is None,
+                                 reason=f"no cgroup of our own: {freeze_group.probe()[1]}")
 
 
 @needs_group
@@ -237,7 +237,7 @@ def test_a_freeze_group_holds_what_signals_cannot():
     """Adopted into a cgroup of its own, the tree is frozen by the kernel: a SIGCONT (a peer's, a
     timer's) does not resume a frozen task, and a process forked later starts inside and frozen."""
     root = subprocess.Popen([sys.executable, "-c", TREE], start_new_session=True)
-    group = freeze_group.FreezeGroup(freeze_group.parent()[0])
+    group = freeze_group.FreezeGroup(freeze_group.probe()[0])
     try:
         tree = _tree(root, 3)
         assert group.adopt(tree)
@@ -267,13 +267,14 @@ def test_a_freeze_group_holds_what_signals_cannot():
 
 
 @needs_group
-def test_a_sandbox_is_frozen_by_its_group_once_ready(make_harness):
+def test_a_sandbox_is_frozen_by_its_group_once_ready(make_harness, monkeypatch):
     """A harness's rank sets move into a freezing cgroup when they are ready (zygote-forked sets
     included): a helper woken by a timer's SIGCONT gains nothing and is not caught, because it never
     runs while its set is frozen."""
     from conftest import HOSTILE
     from pkb_ray.spec.schema import Sample
 
+    monkeypatch.setenv(freeze_group.FREEZER_ENV, "cgroup")
     where = freeze_group.parent()[0]
     others = set(where.glob("pkb-freeze-*"))  # other harnesses' of this process (a test worker's)
     h = make_harness(2, timeout_s=10)
@@ -285,4 +286,7 @@ def test_a_sandbox_is_frozen_by_its_group_once_ready(make_harness):
     groups = list(set(where.glob("pkb-freeze-*")) - others)
     assert groups  # the clean set's, at least, while the harness is open
     h.close()
+    deadline = time.monotonic() + 30  # each set's group goes once its processes are reaped
+    while [g for g in groups if g.exists()] and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert not [g for g in groups if g.exists()]

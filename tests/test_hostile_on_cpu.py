@@ -101,9 +101,9 @@ def test_hostile_sample_gets_its_status(shared_harness, name, status, needle):
 
 
 def test_a_helper_the_kernel_resumes_is_caught_by_the_signals_freezer(make_harness, monkeypatch):
-    # a timer's SIGCONT resumes it, in threads born after the freeze's proof: where no cgroup can be
-    # made the SIGSTOP freezer is all there is, and its proof sees them (with a cgroup the helper
-    # never runs while frozen: tests/test_freezer_on_cpu.py)
+    # a timer's SIGCONT resumes it, in threads born after the freeze's proof: the SIGSTOP freezer's
+    # proof sees them (with PKB_FREEZER=cgroup the helper never runs while frozen:
+    # tests/test_freezer_on_cpu.py)
     monkeypatch.setenv("PKB_FREEZER", "signals")
     result = make_harness(2, timeout_s=10).evaluate(_sample("wakes_itself_with_a_timer.py"))
     assert result.status == Status.TAMPERING, result.message

@@ -15,8 +15,10 @@ and nothing but our own runner runs until its first command. Children inherit th
 process inside cannot move out: it has no capability to mount a cgroup file system, and none is
 mounted in the sandbox.
 
-``PKB_FREEZER=signals`` keeps the SIGSTOP freezer (what a host without a writable cgroup gets; the
-tests judge both).
+For now it is opt-in: ``PKB_FREEZER=cgroup``. The default stays the SIGSTOP freezer with its proof
+(what a host without a writable cgroup gets anyway): in the whole CPU suite, a sample after two
+that each start hundreds of processes timed out in its import under the cgroup freezer
+(tests/test_hostile_on_cpu.py's floods test; it passes alone), and that is not understood yet.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 
 from pkb_ray.isolation import procfs
 
-FREEZER_ENV = "PKB_FREEZER"  # auto (a cgroup wherever one can be made) | signals
+FREEZER_ENV = "PKB_FREEZER"  # signals (the default) | cgroup (a cgroup wherever one can be made)
 
 
 def _v2_mount() -> Path | None:
@@ -44,10 +46,15 @@ def _v2_mount() -> Path | None:
 
 
 def parent() -> tuple[Path | None, str]:
-    """The cgroup v2 folder that gets one freezing child per sandbox, or None and why not (the
-    probe is cached; ``PKB_FREEZER`` is read each time a rank set starts)."""
-    if os.environ.get(FREEZER_ENV, "auto") == "signals":
-        return None, f"{FREEZER_ENV}=signals"
+    """The cgroup v2 folder that gets one freezing child per sandbox where ``PKB_FREEZER=cgroup``
+    (read each time a rank set starts), or None and why not."""
+    if os.environ.get(FREEZER_ENV, "signals") != "cgroup":
+        return None, f"{FREEZER_ENV} is not cgroup"
+    return probe()
+
+
+def probe() -> tuple[Path | None, str]:
+    """Where a freezing cgroup can be made here, or None and why not (cached)."""
     return _probe(os.environ.get("PKB_CGROUP_PARENT") or None)
 
 
