@@ -367,7 +367,7 @@ def test_floods_of_processes_back_to_back_leave_the_gang_whole(shared_harness, p
     """Samples that each start hundreds of processes, back to back: each is judged, none leaves a
     process or a descriptor behind, and the sample after them is judged as before."""
     monkeypatch.setenv("PKB_TEST_PROCESSES", "400")
-    h = shared_harness(2)
+    h = shared_harness(2, timeout_s=60)  # 800 processes start in import: slow beside another test worker
     h.evaluate(_copy(problems, index=7))  # the harness's own descriptors (its clean set, ...) opened
     _reaped(h)
     before = len(os.listdir("/proc/self/fd"))
