@@ -26,11 +26,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import time
 import uuid
 from pathlib import Path
 
-from pkb_ray.isolation import procfs
+from pkb_ray.isolation import procfs, sandbox
 
 FREEZER_ENV = "PKB_FREEZER"  # signals (the default) | cgroup (a cgroup wherever one can be made)
 
@@ -109,13 +108,4 @@ class FreezeGroup:
         """Kill what is left in it and remove it; False if it could not be removed in time."""
         with contextlib.suppress(OSError):
             (self.path / "cgroup.freeze").write_text("0")  # a frozen task dies only once it runs
-            (self.path / "cgroup.kill").write_text("1")
-        deadline = time.monotonic() + timeout_s
-        while self.path.exists():
-            try:
-                self.path.rmdir()
-            except OSError:  # EBUSY while dying tasks are still in it
-                if time.monotonic() > deadline:
-                    return False
-                time.sleep(0.02)
-        return True
+        return sandbox.remove_cgroup(self.path, timeout_s, poll_s=0.02)

@@ -337,6 +337,22 @@ def command(argv: list[str], policy: Policy, probe: Probe, *, cwd_in_sandbox: st
     return args
 
 
+def remove_cgroup(path: Path, timeout_s: float = 10.0, poll_s: float = 0.05) -> bool:
+    """Kill every task of cgroup ``path`` (``cgroup.kill``, kernel >= 5.14; without it the pid
+    namespace did it anyway) and remove it; False if it could not be removed in time."""
+    with contextlib.suppress(OSError):
+        (path / "cgroup.kill").write_text("1")
+    deadline = time.monotonic() + timeout_s
+    while path.exists():
+        try:
+            path.rmdir()
+        except OSError:  # EBUSY while dying tasks are still in it
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(poll_s)
+    return True
+
+
 class CgroupSlot:
     """One sandbox's cgroup v2 (when ``probe.cgroup``; else a no-op): made before Popen, entered by
     the child in :func:`preexec`, removed by :meth:`close` once the sandbox is gone."""
@@ -361,16 +377,8 @@ class CgroupSlot:
     def close(self, timeout_s: float = 10.0) -> bool:
         """Kill what is left in it and remove it; False if it could not be removed in time."""
         if self.path is not None:
-            with contextlib.suppress(OSError):  # kernel >= 5.14; the pid namespace did it anyway
-                (self.path / "cgroup.kill").write_text("1")
-            deadline = time.monotonic() + timeout_s
-            while self.path.exists():
-                try:
-                    self.path.rmdir()
-                except OSError:  # EBUSY while dying tasks are still in it
-                    if time.monotonic() > deadline:
-                        return False
-                    time.sleep(0.05)
+            if not remove_cgroup(self.path, timeout_s):
+                return False
             self.path = None
         return True
 
