@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -290,3 +291,28 @@ def test_a_sandbox_is_frozen_by_its_group_once_ready(make_harness, monkeypatch):
     while [g for g in groups if g.exists()] and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [g for g in groups if g.exists()]
+
+
+@needs_group
+def test_groups_of_an_evaluator_that_died_are_removed_and_a_live_ones_stay():
+    """An evaluator killed before closing its sets leaves its freezing cgroups (with any orphaned
+    rank still inside): the next probe kills and removes them. A live process's are kept."""
+    where = freeze_group.probe()[0]
+    made = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
+                           "from pkb_ray.isolation.freeze_group import FreezeGroup; "
+                           "print(FreezeGroup(Path(sys.argv[1])).path)", str(where)],
+                          capture_output=True, text=True, check=True)
+    left = freeze_group.FreezeGroup.__new__(freeze_group.FreezeGroup)  # the dead evaluator's, never closed
+    left.path, left.adopted = Path(made.stdout.strip()), False
+    assert left.path.is_dir()
+    live = freeze_group.FreezeGroup(where)  # this process's own: running, so it stays
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    try:
+        assert left.adopt([orphan.pid])
+        removed = freeze_group.remove_leftovers(where)
+        assert left.path.name in removed and not left.path.exists()
+        assert orphan.wait(timeout=10) == -signal.SIGKILL  # the orphan inside went with it
+        assert live.path.exists() and live.path.name not in removed
+    finally:
+        orphan.kill()
+        assert live.close()

@@ -314,14 +314,40 @@ def _service_namespace() -> str:
                 if a["name"].startswith("serve-compile-"))
 
 
-def test_ctrl_c_stops_it_cleanly(service, shared_ray):
+def test_ctrl_c_stops_it_cleanly_abandoning_queued_work(service, shared_ray):
+    """Ctrl-C with hanging samples queued and being evaluated: it stops without evaluating them (each
+    would cost eval.timeout_s, and a busy gang cannot answer a polite stop), and leaves nothing."""
     import ray
 
     with shared_ray.joined():
         space = _service_namespace()
+    hang = _item("all_reduce/05_hangs_on_rank1.py")
+    hangs = [{**hang, "source": f"# abandoned {n}\n{hang['source']}"} for n in range(6)]
+    sent = [threading.Thread(target=lambda item=item: _quietly(service.post, "/v1/verify", item, timeout=300),
+                             daemon=True) for item in hangs]
+    for thread in sent:
+        thread.start()
+    deadline = time.monotonic() + 60
+    while httpx.get(service.url + "/healthz").json()["pending"] < len(hangs) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(2)  # the first ones reach the gangs
     os.killpg(service.proc.pid, signal.SIGINT)
-    assert service.proc.wait(90) == 0, "".join(service.lines[-40:])
+    # six hangs finished one after another would take 6 x TIMEOUT_S / gangs, plus 60 s a busy gang's stop
+    try:
+        code = service.proc.wait(2 * TIMEOUT_S + 30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("still stopping:\n" + "".join(service.lines[-40:]))
+    assert code == 0, "".join(service.lines[-40:])
     assert any("stopping" in line for line in service.lines)
+    stored = read_results(service.folder / "results")
+    assert not stored["source"].str.startswith("# abandoned").any()  # abandoned, not evaluated
     with shared_ray.joined():  # Serve's own actors, the gangs and the compile actors are gone
         left = [a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] in ("serve", space)]
     assert left == [], left
+
+
+def _quietly(call, *args, **kwargs):
+    try:
+        call(*args, **kwargs)
+    except httpx.HTTPError:  # the service went away under it
+        pass

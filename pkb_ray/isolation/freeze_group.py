@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import uuid
 from pathlib import Path
 
@@ -78,7 +79,26 @@ def _probe(delegated: str | None) -> tuple[Path | None, str]:
         return None, f"no cgroup of our own under {where} ({e.strerror or e})"
     if not usable:
         return None, f"cgroup v2 under {where} has no cgroup.freeze (kernel before 5.2)"
+    remove_leftovers(where)
     return where, f"cgroup v2 freezer under {where}"
+
+
+# pkb-freeze-<pid>-<hex> (a FreezeGroup), pkb-<pid>-<hex> (a sandbox.CgroupSlot), pkb-probe-<pid>-<hex>
+_OURS = re.compile(r"pkb-(?:freeze-|probe-)?(\d+)-[0-9a-f]+")
+
+
+def remove_leftovers(where: Path) -> list[str]:
+    """Kill and remove our cgroups under ``where`` whose evaluator process is gone (one killed
+    before it closed its sets leaves them, empty or holding its orphaned ranks); the names removed.
+    A pid that runs again (reused) keeps its cgroups: leaving one is safe, removing a live one is not."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for child in where.iterdir():
+            m = _OURS.fullmatch(child.name)
+            if m and child.is_dir() and procfs.stat(int(m.group(1))) is None:
+                if sandbox.remove_cgroup(child, timeout_s=2.0, poll_s=0.02):
+                    removed.append(child.name)
+    return removed
 
 
 class FreezeGroup:

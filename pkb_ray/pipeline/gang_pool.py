@@ -123,6 +123,7 @@ class GangPool:
         self.busy_s = 0.0  # gang-seconds inside samples (dispatch to result)
         self.alive_s = 0.0  # gang-seconds of ready gangs
         self._waiting: dict[ray.ObjectRef, Waiting] = {}
+        self._abandoned = threading.Event()
         self._last_tick = self._last_push = self._last_watch = self._quiet_since = time.monotonic()
         self._do = {Reserve: self._reserve, Start: self._start, Dispatch: self._dispatch, Stop: self._stop,
                     Restart: self._restart}
@@ -144,7 +145,7 @@ class GangPool:
         self.scheduler = Scheduler(node_gpus(), max_gpus=self.cfg.ray.max_gpus)
         if expected:
             self._carry_out(self.scheduler.expect(expected))
-        while True:
+        while not self._abandoned.is_set():
             self._tick()
             self._carry_out(self._intake(feed))
             yield from self._watch()
@@ -309,8 +310,16 @@ class GangPool:
             busy = len(self.scheduler.in_phase(GangPhase.BUSY))
             self.metrics.pool(self.scheduler.queued(), ready, busy, self.busy_fraction)
 
+    def abandon(self) -> None:
+        """From another thread: :meth:`evaluate` returns within a second, leaving what is queued and
+        what gangs are evaluating (a service that stops); :meth:`shutdown` then kills the busy gangs."""
+        self._abandoned.set()
+
     def shutdown(self) -> None:
-        for handle in self.handles.values():
+        busy = {w.gang for w in self._waiting.values() if w.what is Wait.EVAL} if self._abandoned.is_set() else set()
+        for name, handle in self.handles.items():
+            if name in busy:  # its actor answers nothing until its sample ends: not asked, killed
+                kill_gang(handle)
             stop_gang(handle)
         self.handles.clear()
 

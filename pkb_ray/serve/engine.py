@@ -203,8 +203,11 @@ class Engine:
                     "gangs_ready": gangs.get("idle", 0) + gangs.get("busy", 0)}
 
     def close(self) -> None:
-        """Stop the gangs (their placement groups go back), the compile actors and the threads."""
+        """Stop the gangs (their placement groups go back), the compile actors and the threads. What is
+        queued or being evaluated is abandoned (its callers get an error), not finished first."""
         self._closed.set()
+        if self.pool is not None:
+            self.pool.abandon()
         self._tasks.put(None)
         self._pool_thread.join(timeout=120)
         self._prepare.shutdown(wait=False, cancel_futures=True)
