@@ -336,7 +336,7 @@ def test_ctrl_c_stops_it_cleanly_abandoning_queued_work(service, shared_ray):
     try:
         code = service.proc.wait(2 * TIMEOUT_S + 30)
     except subprocess.TimeoutExpired:
-        pytest.fail("still stopping:\n" + "".join(service.lines[-40:]))
+        pytest.fail(f"still stopping:\n{_stuck(service)}")
     assert code == 0, "".join(service.lines[-40:])
     assert any("stopping" in line for line in service.lines)
     stored = read_results(service.folder / "results")
@@ -344,6 +344,16 @@ def test_ctrl_c_stops_it_cleanly_abandoning_queued_work(service, shared_ray):
     with shared_ray.joined():  # Serve's own actors, the gangs and the compile actors are gone
         left = [a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] in ("serve", space)]
     assert left == [], left
+
+
+def _stuck(service) -> str:
+    """What a service that does not stop is doing: its signal masks and every thread's stack."""
+    pid = service.proc.pid
+    status = [line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+              if line.split(":")[0] in ("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt", "Threads")]
+    os.kill(pid, signal.SIGUSR1)  # faulthandler's dump (pkb_ray/serve/main.py)
+    time.sleep(3)
+    return "\n".join(status) + "\n" + "".join(service.lines[-200:])
 
 
 def _quietly(call, *args, **kwargs):

@@ -11,6 +11,7 @@ already, and a Ray cluster that runs a pkb_ray service already: Serve's proxy sh
 
 from __future__ import annotations
 
+import faulthandler
 import ipaddress
 import json
 import logging
@@ -222,6 +223,7 @@ def main(overrides: list[str]) -> int:
     except ConfigError as exc:
         print(f"pkb-ray serve: {exc}", file=sys.stderr)
         return 2
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: every thread's stack
     stopping = threading.Event()
     serving = False  # Serve and the application are this process's to stop
     try:
