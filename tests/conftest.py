@@ -1,5 +1,6 @@
 import contextlib
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -182,6 +183,13 @@ def pytest_collection_modifyitems(config, items):
 def pytest_sessionfinish(session):
     if not os.environ.get("PYTEST_XDIST_WORKER"):  # the process that runs the session, with or without xdist
         stop_shared_ray(session.config._tmp_path_factory.getbasetemp())
+
+
+def as_from_a_terminal() -> None:
+    """A Popen's preexec_fn for a command a test will Ctrl-C: SIGINT as a terminal leaves it. A suite
+    started in the background of a script (`./scripts/test.sh &`) inherits it ignored, and Python
+    then installs no KeyboardInterrupt for it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def pid_alive(pid: int) -> bool:

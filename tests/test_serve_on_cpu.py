@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import REPO
+from conftest import REPO, as_from_a_terminal
 from pkb_ray.results.parquet import read_results
 
 pytestmark = pytest.mark.slow
@@ -85,7 +85,8 @@ def service(shared_ray, tmp_path_factory):
            f"serve.dir={tmp / 'service'}", f"serve.token_file={tmp / 'token'}", f"eval.timeout_s={TIMEOUT_S}",
            "eval.rounds=10", "serve.max_pending=12", f"cache_dir={tmp / 'cache'}"]
     proc = subprocess.Popen(cmd, cwd=tmp, env=shared_ray.env(dict(os.environ, RAY_DISABLE_USAGE_STATS="1")),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=as_from_a_terminal)
     svc = Service(f"http://127.0.0.1:{port}", proc, tmp / "service")
     ready = threading.Event()
 

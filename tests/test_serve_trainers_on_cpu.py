@@ -24,7 +24,7 @@ import aiohttp
 import httpx
 import pytest
 
-from conftest import REPO
+from conftest import REPO, as_from_a_terminal
 
 pytestmark = pytest.mark.slow
 
@@ -93,7 +93,8 @@ def service(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("serve_trainers")
     port = _free_port()
     proc = subprocess.Popen(_command(port, tmp), cwd=tmp, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=as_from_a_terminal)
     svc = Service(f"http://127.0.0.1:{port}", proc, tmp)
     ready = threading.Event()
 

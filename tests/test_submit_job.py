@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, as_from_a_terminal
 from pkb_ray.generate.samples import read_samples
 from pkb_ray.results.parquet import read_results, write_results
 from pkb_ray.spec.names import Status
@@ -156,7 +156,7 @@ def test_sweeps_sent_as_ray_jobs_stream_their_logs_and_exit_as_the_jobs_end(s3, 
     # Ctrl-C while following: this stops, the job goes on
     follower = subprocess.Popen([PKB_RAY, "submit", "--address", address, "--follow", ids["resume"]], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal's
+                                preexec_fn=as_from_a_terminal)
     for line in follower.stdout:
         if "Running entrypoint" in line:
             break
