@@ -92,3 +92,26 @@ def test_every_expert_kernel_builds_here_with_the_shipped_device_header(tmp_path
     # the header is part of every build's key: a candidate including it is rebuilt when it changes
     assert any("pkb_ray/peer.cuh" in s for _, s, _ in sources)
     assert "-I" + str(REPO / "pkb_ray" / "include") in BuildSpec("x").command(Path("a.cu"), Path("a.so"))
+
+
+def test_compile_actors_leave_the_cpus_to_the_stream_that_feeds_them(cluster, tmp_path):
+    """As many compile actors as the cluster has CPUs (the default on a 2-core machine: 2) took every
+    CPU while they lived, and they live until the stream ends: the stream's own tasks could then never
+    run, and a sweep with a few CUDA samples stopped for good (`benchmarks throughput` on 2 cores).
+    With every actor up and building, a task that needs a CPU still runs."""
+    from pkb_ray.pipeline.compile import build_settings
+    from pkb_ray.pipeline.wiring import CompilePool, Prepared
+    from pkb_ray.spec.placement import Layout
+    from pkb_ray.spec.schema import EvalTask, Sample, Where
+
+    cpus = int(ray.cluster_resources()["CPU"])
+    pool = CompilePool(build_settings("sm_90a", tmp_path, 300), None, size=cpus)
+    items = [Prepared(task=EvalTask(Sample(problem_id="all_reduce", model="m", sample_index=i, backend="cuda",
+                                           source=BROKEN.replace("undeclared_value", f"undeclared_value_{i}")),
+                                    Where(Layout(1, 2)))) for i in range(cpus)]
+    built = pool.built(iter(items))
+    first = next(built)  # every item was handed to an actor of its own before this one came back
+    assert len(pool._actors) == cpus
+    assert ray.get(ray.remote(num_cpus=1)(lambda: "ran").remote(), timeout=120) == "ran"
+    rest = list(built)
+    assert [p.result.status for p in [first, *rest]] == [Status.COMPILE_ERROR] * cpus

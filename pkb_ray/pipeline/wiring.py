@@ -195,7 +195,10 @@ class CompilePool:
 
     def __init__(self, settings: BuildSettings, problems_dir: str | None, size: int):
         self._remote = ray.remote(BuildCuda)
-        self._options = dict(num_cpus=1, num_gpus=0, max_restarts=-1, max_task_retries=BUILD_RETRIES,
+        # num_cpus=0: ``size`` (the cluster's CPUs by default) bounds the builds. An actor holding a
+        # logical CPU holds it until the stream ends, and with every CPU held the stream's own
+        # tasks, which feed these actors, never run again (a sweep stopped for good on 2 cores)
+        self._options = dict(num_cpus=0, num_gpus=0, max_restarts=-1, max_task_retries=BUILD_RETRIES,
                              runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}})
         self._args, self.size = (settings, problems_dir), size
         self._actors: list = []
