@@ -4,9 +4,8 @@ unit tier for its time (~10-15 s on 2 cores)."""
 
 import re
 
-from markupsafe import escape as html_escape  # how the page escapes (its Jinja2 templates)
-
 import pytest
+from markupsafe import escape as html_escape  # how the page escapes (its Jinja2 templates)
 
 from benchmarks import report_size as bench
 from pkb_ray.results.parquet import write_results

@@ -151,8 +151,9 @@ def start(cfg: SweepConfig, token: str | None) -> str:
                 logging_config={"log_level": "WARNING", "enable_access_log": False})
     # a stop waits for requests in flight only briefly (Serve's default is 20 s): they wait on
     # evaluations, which the engine abandons when it closes (their callers get an error)
-    app = RewardService.options(max_ongoing_requests=max(MAX_ONGOING, 4 * cfg.serve.max_pending),
-                                max_queued_requests=-1, graceful_shutdown_timeout_s=2.0).bind(cfg.model_dump(mode="json"), token)
+    deployment = RewardService.options(max_ongoing_requests=max(MAX_ONGOING, 4 * cfg.serve.max_pending),
+                                       max_queued_requests=-1, graceful_shutdown_timeout_s=2.0)
+    app = deployment.bind(cfg.model_dump(mode="json"), token)
     serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
     shown = "127.0.0.1" if cfg.serve.host in ("0.0.0.0", "::") else cfg.serve.host
     return f"http://{shown}:{cfg.serve.port}"

@@ -15,7 +15,6 @@ from pkb_ray.summary.cli import read_runs
 from pkb_ray.summary.pages import write
 
 
-
 def summary_of(n: int, tmp_path) -> RunSummary:
     write_results(bench.synthetic_results(n), tmp_path / "run" / "results")
     return RunSummary.of(read_runs([tmp_path / "run"]))
