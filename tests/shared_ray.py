@@ -47,8 +47,6 @@ def main(work: Path, until_pid: int, head_cpus: int) -> None:
 
     os.environ.update(CANARIES)
     os.environ.update(PASSING)
-    # metrics reach a node's Prometheus endpoint within 1 s instead of Ray's 10 (tests scrape it)
-    os.environ["RAY_metrics_report_interval_ms"] = "1000"
     cfg = SweepConfig.model_validate({
         "model": {"api_key_env": "PKB_LLM_ACCESS"}, "eval": {"isolation": "none"},
         "ray": {"num_cpus": head_cpus, "num_gpus": HEAD_GPUS, "include_dashboard": False},
@@ -64,7 +62,9 @@ def main(work: Path, until_pid: int, head_cpus: int) -> None:
     with cluster.without_secrets([cfg.model.api_key_env]):  # as the head's processes were started
         node = subprocess.Popen([str(Path(sys.executable).parent / "ray"), "start", "--address", address,
                                  "--num-cpus", str(NODE_CPUS), "--num-gpus", str(NODE_GPUS), "--block",
-                                 "--disable-usage-stats"], stdout=subprocess.DEVNULL,
+                                 # one log monitor a host: the head's reads this node's logs too (they
+                                 # share the session's folder); a second one cost ~15 s of CPU a run
+                                 "--include-log-monitor=False", "--disable-usage-stats"], stdout=subprocess.DEVNULL,
                                 stderr=(work / "node.log").open("w"), start_new_session=True)
     try:
         deadline = time.monotonic() + 120

@@ -27,12 +27,24 @@ time.sleep(600)
 """
 
 
-def _tree(root, n: int) -> list[int]:
-    """The processes below ``root`` once there are ``n`` of them (or after 20 s)."""
+def _tree(root, n: int, spinners: int = 0) -> list[int]:
+    """The processes below ``root`` once there are ``n`` of them, ``spinners`` of which run SPIN (or
+    after 20 s). Waiting for the spinners to run matters: a spinner stopped between its parent's
+    vfork and its exec holds the parent in the vfork, never seen stopped, and the freeze fails."""
     deadline = time.monotonic() + 20
-    while len(descendants(root.pid)) < n and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        found = descendants(root.pid)
+        if len(found) >= n and sum(_runs_spin(p) for p in found) >= spinners:
+            break
         time.sleep(0.05)
     return descendants(root.pid)
+
+
+def _runs_spin(pid: int) -> bool:
+    try:
+        return SPIN.encode() in open(f"/proc/{pid}/cmdline", "rb").read()
+    except OSError:
+        return False
 
 
 def _cpu_ticks(pids):
@@ -49,7 +61,7 @@ def _cpu_ticks(pids):
 def test_freeze_stops_the_whole_tree_and_thaw_resumes_it():
     root = subprocess.Popen([sys.executable, "-c", TREE], start_new_session=True)
     try:
-        tree = _tree(root, 3)
+        tree = _tree(root, 3, spinners=2)
         assert len(tree) >= 3, tree
         freezer = Freezer(root.pid)
         assert freezer.freeze(5.0)
@@ -111,7 +123,7 @@ def test_helpers_that_resume_each_other_are_never_called_frozen_while_they_run()
 def test_a_process_resumed_after_the_freeze_is_found_by_its_cpu_time():
     root = subprocess.Popen([sys.executable, "-c", TREE], start_new_session=True)
     try:
-        _tree(root, 3)
+        _tree(root, 3, spinners=2)
         freezer = Freezer(root.pid)
         assert freezer.freeze(5.0)
         time.sleep(0.05)
@@ -199,7 +211,7 @@ def test_a_process_resumed_during_the_freeze_is_stopped_again():
     a timer's) is signalled again: the freeze is proven, not left to its deadline."""
     root = subprocess.Popen([sys.executable, "-c", TREE], start_new_session=True)
     try:
-        tree = _tree(root, 3)
+        tree = _tree(root, 3, spinners=2)
         freezer = Freezer(root.pid)
         assert freezer.freeze(5.0)
         freezer.thaw()
@@ -240,7 +252,7 @@ def test_a_freeze_group_holds_what_signals_cannot():
     root = subprocess.Popen([sys.executable, "-c", TREE], start_new_session=True)
     group = freeze_group.FreezeGroup(freeze_group.probe()[0])
     try:
-        tree = _tree(root, 3)
+        tree = _tree(root, 3, spinners=2)
         assert group.adopt(tree)
         freezer = Freezer(root.pid)
         freezer.use_cgroup(group.path)
