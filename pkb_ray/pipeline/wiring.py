@@ -264,8 +264,10 @@ def sample_stream(rows: list[dict[str, Any]], cfg: SweepConfig, problems_dir: st
     # the run has one progress bar (PipelineRun's); Ray Data's, one per operator, on request
     context.enable_progress_bars = context.enable_operator_progress_bars = cfg.ray.data_progress_bars
     ds = ray.data.from_items([{"row": Row(r)} for r in rows])
+    # one task at a time: a row takes well under a millisecond here, far ahead of the gangs, while each
+    # further task worker Ray Data would start imports torch and the problems again (~2 s of CPU)
     ds = ds.flat_map(expand_row, fn_kwargs={"cfg": cfg.model_dump(mode="json"), "problems_dir": problems_dir,
-                                            "done": frozenset(done)})
+                                            "done": frozenset(done)}, concurrency=1)
     return CompilePool(settings, problems_dir, workers).built(row["item"] for row in ds.iter_rows())
 
 
