@@ -141,12 +141,12 @@ def test_pipeline_evaluates_identical_sources_once_and_resumes_without_repeating
     assert 'status="correct"' in scrape("ray_pkb_results") and scrape("ray_pkb_gang_busy_fraction")
 
 
-def test_the_compile_actors_are_named_for_the_dashboard(cluster, tmp_path, problems):
+def _named_actors_during(rows: list[dict], cfg, problems, results: Path) -> tuple[list, set]:
+    """``run_pipeline``'s results, and every named actor seen while it ran. The rows settle in the
+    stream, but their results may reach the driver only after the actors have stopped: the names
+    are read while the stream runs, not in on_result."""
     from pkb_ray.pipeline.wiring import run_pipeline
 
-    rows = [{"problem_id": "no_such_problem", "model": "a", "sample_index": i, "source": "x = 1\n"} for i in range(3)]
-    # The rows settle in the compile actors, but their results may reach the driver only after Ray
-    # Data has stopped the actors: the names are read while the stream runs, not in on_result.
     alive, done = set(), threading.Event()
 
     def watch():
@@ -157,12 +157,27 @@ def test_the_compile_actors_are_named_for_the_dashboard(cluster, tmp_path, probl
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        results = run_pipeline(rows, config(tmp_path, [2]), problems, tmp_path / "results")
+        return run_pipeline(rows, cfg, problems, results), alive
     finally:
         done.set()
         watcher.join()
+
+
+def test_compile_actors_start_for_a_build_only_and_are_named_for_the_dashboard(cluster, tmp_path, problems):
+    """Rows with nothing to build start no compile actor (each imports torch and the problems); a
+    CUDA source starts one, named compile-0 as the gangs are named."""
+    invalid = [{"problem_id": "no_such_problem", "model": "a", "sample_index": i, "source": "x = 1\n"} for i in range(3)]
+    results, alive = _named_actors_during(invalid, config(tmp_path, [2]), problems, tmp_path / "results")
     assert [r.status for r in results] == [Status.INVALID_SAMPLE] * 3
-    assert any(name.startswith("compile-") for name in alive), alive
+    assert not any(name.startswith("compile-") for name in alive), alive
+    broken = (REPO / "samples/replay/all_reduce/08_cuda_nvcc_error.py").read_text()
+    rows = [{"problem_id": "all_reduce", "model": "a", "sample_index": 9, "backend": "cuda", "source": broken}]
+    settings = config(tmp_path, [2]).model_dump(mode="json")
+    settings["hardware"]["arch"] = "sm_90a"
+    cfg = SweepConfig.model_validate(settings)
+    results, alive = _named_actors_during(rows, cfg, problems, tmp_path / "results2")
+    assert [r.status for r in results] == [Status.COMPILE_ERROR], [r.message for r in results]
+    assert "compile-0" in alive, alive
 
 
 def scrape(metric: str, within_s: float = 30.0) -> str:

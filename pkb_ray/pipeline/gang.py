@@ -147,7 +147,7 @@ class Gang:
 
 @dataclass
 class NodePart:
-    """The gang's GPUs on one node: the bundle that holds them (the first, for a 1xW gang)."""
+    """The gang's GPUs on one node, and the bundle of its placement group that holds them."""
 
     bundle: int
     node: str
@@ -180,11 +180,9 @@ class GangHandle:
 
 
 def reserve(layout: Layout, name: str) -> GangHandle:
-    """Ask Ray for the gang's GPUs; ``handle.pg.ready()`` resolves once it has them."""
-    if layout.nodes == 1:
-        pg = placement_group([{"GPU": 1}] * layout.per_node, strategy="STRICT_PACK", name=f"{name}-pg")
-    else:
-        pg = placement_group([{"GPU": layout.per_node}] * layout.nodes, strategy="STRICT_SPREAD", name=f"{name}-pg")
+    """Ask Ray for the gang's GPUs, one bundle a node; ``handle.pg.ready()`` resolves once it has them."""
+    strategy = "STRICT_PACK" if layout.nodes == 1 else "STRICT_SPREAD"
+    pg = placement_group([{"GPU": layout.per_node}] * layout.nodes, strategy=strategy, name=f"{name}-pg")
     return GangHandle(name=name, layout=layout, pg=pg)
 
 
@@ -196,18 +194,13 @@ def _bundle_gpus() -> tuple[str, str, list[str]]:
 
 def bundle_devices(handle: GangHandle) -> None:
     """Fill in the node, address and GPU ids of each bundle (Ray fixes them when the group is placed),
-    ordered node by node (by address, then node id) for a spread gang."""
+    ordered node by node (by address, then node id) for a spread gang. One task a node: each is a
+    Ray worker process of its own (~1 s of CPU to start), so a bundle a GPU would cost W of them."""
     lay = handle.layout
-    bundles, gpus = (range(lay.per_node), 1) if lay.nodes == 1 else (range(lay.nodes), lay.per_node)
-    probes = [_bundle_gpus.options(num_gpus=gpus, scheduling_strategy=PlacementGroupSchedulingStrategy(handle.pg, i),
-                                   runtime_env={"env_vars": actor_env()}).remote() for i in bundles]
-    found = ray.get(probes)
-    if lay.nodes == 1:
-        node, ip, _ = found[0]
-        handle.parts = [NodePart(0, node, ip, [ids[0] for _, _, ids in found])]
-    else:
-        parts = [NodePart(i, node, ip, ids) for i, (node, ip, ids) in enumerate(found)]
-        handle.parts = sorted(parts, key=lambda p: (p.ip, p.node))
+    probes = [_bundle_gpus.options(num_gpus=lay.per_node, scheduling_strategy=PlacementGroupSchedulingStrategy(
+        handle.pg, i), runtime_env={"env_vars": actor_env()}).remote() for i in range(lay.nodes)]
+    parts = [NodePart(i, node, ip, ids) for i, (node, ip, ids) in enumerate(ray.get(probes))]
+    handle.parts = sorted(parts, key=lambda p: (p.ip, p.node))
 
 
 def start_gang(cfg: SweepConfig, handle: GangHandle, name: str | None = None) -> None:
