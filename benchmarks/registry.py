@@ -24,6 +24,7 @@ BENCHMARKS = {
     "nodes": "reference baselines inside one node against gangs spread over fake Ray nodes (nodes.md)",
     "pkb_prebuild": "the compile stage's torch-extension builds over ParallelKernelBench solutions (pkb.md)",
     "pkb_side_by_side": "ParallelKernelBench's own harness and pkb_ray on the same samples: verdicts, samples/hour (pkb.md)",
+    "process_cpu": "where a command's CPU goes (the test suite, a sweep): its processes' CPU by kind (test-suite.md)",
     "rank_start": "seconds for unsandboxed W=2 gloo rank sets to get ready, and their CPU (throughput.md)",
     "report_size": "report.html's size and build time for a large synthetic run (report.md)",
     "resume": "a long sweep SIGKILLed and resumed: one result a sample, no orphans (recovery.md)",
