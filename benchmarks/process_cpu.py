@@ -4,8 +4,9 @@
 
 Runs the command given after ``--`` and, every ``--every`` seconds until it ends, reads each new
 process's CPU time (user + system, /proc/PID/stat) and its command line (a Ray worker's is its
-proctitle, ``ray::Gang.evaluate``). Processes that were running before the command started are
-left out; one that lives less than a sampling period can be missed. Writes the machine's busy and
+proctitle, ``ray::Gang.evaluate``). Every process started while the command runs is counted, its
+own or not (run it on an otherwise idle machine); those running before it started are left out,
+and one that lives less than a sampling period can be missed. Writes the machine's busy and
 idle CPU over the run (/proc/stat), the command's wall time and exit code, the CPU seconds and
 process counts by kind (a Ray worker by the actor or task it ran, Ray's own daemons, rank sets,
 sweep drivers, test processes, compilers), and the 40 processes that used the most.
