@@ -166,7 +166,8 @@ def _named_actors_during(rows: list[dict], cfg, problems, results: Path) -> tupl
 def test_compile_actors_start_for_a_build_only_and_are_named_for_the_dashboard(cluster, tmp_path, problems):
     """Rows with nothing to build start no compile actor (each imports torch and the problems); a
     CUDA source starts one, named compile-0 as the gangs are named."""
-    invalid = [{"problem_id": "no_such_problem", "model": "a", "sample_index": i, "source": "x = 1\n"} for i in range(3)]
+    invalid = [{"problem_id": "no_such_problem", "model": "a", "sample_index": i, "source": "x = 1\n"}
+               for i in range(3)]
     results, alive = _named_actors_during(invalid, config(tmp_path, [2]), problems, tmp_path / "results")
     assert [r.status for r in results] == [Status.INVALID_SAMPLE] * 3
     assert not any(name.startswith("compile-") for name in alive), alive

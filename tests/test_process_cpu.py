@@ -19,10 +19,11 @@ def test_what_a_process_is_counted_as():
 def test_a_commands_child_and_its_cpu_are_found():
     """A child that spins for 1.5 s of CPU under a parent that waits: the child and its time are
     found, the processes that ran before the command are not (this test's own, say)."""
-    figures = sample([sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {SPIN!r}])"],
-                     every_s=0.1)
+    parent = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {SPIN!r}])"
+    figures = sample([sys.executable, "-c", parent], every_s=0.1)
     assert figures["exit_code"] == 0
-    spinner = [p["cpu_s"] for p in figures["top"] if "process_time" in p["cmdline"] and "subprocess" not in p["cmdline"]]
+    spinner = [p["cpu_s"] for p in figures["top"]
+               if "process_time" in p["cmdline"] and "subprocess" not in p["cmdline"]]
     assert len(spinner) == 1 and 1.3 <= spinner[0] <= 2.5, figures["top"]
     # this process sampled all along (and used CPU doing it), but it ran before the command
     own = open("/proc/self/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace").strip()[:240]

@@ -189,10 +189,10 @@ class CompilePool:
     """The CPU-only actors that build CUDA sources (:class:`BuildCuda`), named compile-0, compile-1,
     ... (as the gangs are named) for the dashboard: the first when the first build comes (a run of
     Python samples starts none: each imports torch and the problems, ~2.5 s of CPU and ~0.3 GB), up
-    to ``size`` while builds wait, all stopped when the stream ends. Their constructor arguments are small and passed inline,
-    so Ray restarts one that dies (killed, out of memory) and retries its build (Ray Data's actor
-    pools pass theirs through the object store, where Ray warns at every start that a restart could
-    lose them)."""
+    to ``size`` while builds wait, all stopped when the stream ends. Their constructor arguments are
+    small and passed inline, so Ray restarts one that dies (killed, out of memory) and retries its
+    build (Ray Data's actor pools pass theirs through the object store, where Ray warns at every
+    start that a restart could lose them)."""
 
     def __init__(self, settings: BuildSettings, problems_dir: str | None, size: int):
         self._remote = ray.remote(BuildCuda)
