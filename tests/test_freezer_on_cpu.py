@@ -128,7 +128,7 @@ def test_a_process_resumed_after_the_freeze_is_found_by_its_cpu_time():
         assert freezer.freeze(5.0)
         time.sleep(0.05)
         assert freezer.ran_while_frozen() == ""  # proven stopped: nothing ran since
-        spinner = next(p for p in descendants(root.pid) if SPIN.encode() in open(f"/proc/{p}/cmdline", "rb").read())
+        spinner = next(p for p in descendants(root.pid) if _runs_spin(p))
         os.kill(spinner, signal.SIGCONT)  # what an escaped helper would do
         found, deadline = "", time.monotonic() + 10
         while not found and time.monotonic() < deadline:  # on a loaded machine its first tick of CPU time may take a while
